@@ -1,0 +1,14 @@
+// Package consumer is a fixture that builds against the patched franz-go
+// through the README's replace directive, the way a user's module does.
+package consumer
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// ProduceOne produces one record synchronously and returns its error.
+func ProduceOne(ctx context.Context, cl *kgo.Client, topic string, value []byte) error {
+	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: value}).FirstErr()
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# test-upstream.sh: run franz-go's own tests against the patched tree.
+#
+# 1. franz-go's pkg/kgo suite, with -race, inside upstream/franz-go, against a
+#    kfake cluster started here as a separate process (three brokers on free
+#    loopback ports). If KGO_SEEDS is already set, that cluster is used
+#    instead and no kfake is started: the same suite then runs unchanged
+#    against a real Kafka or Redpanda cluster.
+# 2. kfake's own producer/sink tests (KFAKE_RUN), from a writable copy of the
+#    kfake module wired to the patched tree through a go.work.
+#
+# Failures are judged against upstream/baseline-failures.txt: a failure not in
+# it fails this script; a baseline entry that passes is reported.
+#
+# Knobs: KGO_TEST_RECORDS (default 50000), KGO_RUN (go test -run for kgo,
+# default all), KFAKE_RUN, SUITES (default "kgo kfake"), TEST_TIMEOUT.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tree="$root/upstream/franz-go"
+baseline="$root/upstream/baseline-failures.txt"
+kfake_mod=github.com/twmb/franz-go/pkg/kfake
+kfake_ver=$(cd "$root" && GOWORK=off go list -m -f '{{.Version}}' "$kfake_mod")
+
+: "${KGO_TEST_RECORDS:=50000}"
+: "${KGO_RUN:=}"
+: "${KFAKE_RUN:=Produce|Sink|Txn|Fault|Idempot|Transact|Batch}"
+: "${SUITES:=kgo kfake}"
+: "${TEST_TIMEOUT:=15m}"
+
+[ -d "$tree/.git" ] || { echo "test-upstream: upstream/franz-go is not materialized; run: make patches-apply" >&2; exit 1; }
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+	if [ -n "$server_pid" ]; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+	fi
+	chmod -R u+w "$work" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+rc=0
+report() { # suite json
+	go run "$root/tests/suitereport" -suite "$1" -baseline "$baseline" "$2" || rc=1
+}
+
+if [[ " $SUITES " == *" kgo "* ]]; then
+	if [ -z "${KGO_SEEDS:-}" ]; then
+		(cd "$root" && go build -o "$work/kfakeserver" ./tests/kfakeserver)
+		"$work/kfakeserver" -brokers 3 -addr-file "$work/addrs" >"$work/kfake.log" 2>&1 &
+		server_pid=$!
+		# Wait for the server to say it listens (it writes the file atomically).
+		for _ in $(seq 1 300); do
+			[ -s "$work/addrs" ] && break
+			kill -0 "$server_pid" 2>/dev/null || { cat "$work/kfake.log" >&2; echo "test-upstream: kfakeserver exited" >&2; exit 1; }
+			sleep 0.1
+		done
+		[ -s "$work/addrs" ] || { echo "test-upstream: kfakeserver did not start" >&2; exit 1; }
+		KGO_SEEDS=$(cat "$work/addrs")
+		echo "test-upstream: kfake cluster (3 brokers) at $KGO_SEEDS"
+	else
+		echo "test-upstream: using the existing cluster at KGO_SEEDS=$KGO_SEEDS"
+	fi
+	export KGO_SEEDS KGO_TEST_RECORDS
+	echo "test-upstream: go test -race ./pkg/kgo (KGO_TEST_RECORDS=$KGO_TEST_RECORDS${KGO_RUN:+, -run $KGO_RUN})"
+	# GOWORK=off: the suite runs in franz-go's own module, exactly as upstream runs it.
+	(cd "$tree" && GOWORK=off go test -race -count=1 -json -timeout "$TEST_TIMEOUT" ${KGO_RUN:+-run "$KGO_RUN"} ./pkg/kgo >"$work/kgo.json" 2>"$work/kgo.stderr") || true
+	cat "$work/kgo.stderr" >&2
+	report kgo "$work/kgo.json"
+	if [ -n "$server_pid" ]; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
+		server_pid=
+	fi
+fi
+
+if [[ " $SUITES " == *" kfake "* ]]; then
+	src=$(cd / && GOFLAGS= GOWORK=off go mod download -json "$kfake_mod@$kfake_ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	[ -d "$src" ] || { echo "test-upstream: could not download $kfake_mod@$kfake_ver" >&2; exit 1; }
+	cp -R "$src" "$work/kfake"
+	chmod -R u+w "$work/kfake"
+	cat >"$work/kfake/go.work" <<EOW
+go 1.26.0
+
+use (
+	.
+	$tree
+)
+EOW
+	echo "test-upstream: kfake $kfake_ver: go test -race -run '$KFAKE_RUN' (against the patched tree)"
+	(cd "$work/kfake" && go test -race -count=1 -json -timeout "$TEST_TIMEOUT" -run "$KFAKE_RUN" . >"$work/kfake.json" 2>"$work/kfake.stderr") || true
+	cat "$work/kfake.stderr" >&2
+	report kfake "$work/kfake.json"
+fi
+
+exit $rc
