@@ -117,7 +117,7 @@ export_to() {
 	local tmp
 	tmp=$(mktemp -d)
 	(cd "$src" && g format-patch -q -k --zero-commit --full-index --no-signature --no-stat \
-		--no-numbered --no-cover-letter --no-thread --no-color --encode-email-headers \
+		--no-numbered --no-cover-letter --no-thread --no-color --encode-email-headers --filename-max-length=72 \
 		-o "$tmp" upstream-base..HEAD >/dev/null)
 	mkdir -p "$out"
 	rm -f "$out"/*.patch
