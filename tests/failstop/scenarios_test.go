@@ -1,0 +1,804 @@
+//go:build !pristine
+
+package failstop_test
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestInvariantNotEnoughReplicas: partition 0 answers the retryable
+// NOT_ENOUGH_REPLICAS until RecordRetries, or RecordDeliveryTimeout, runs
+// out.
+func TestInvariantNotEnoughReplicas(t *testing.T) {
+	t.Run("retries", func(t *testing.T) {
+		eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+			runInvariant(t, opts, failScenario{
+				// Retries wait for a metadata refresh: do not wait
+				// out the default 5s MetadataMinAge.
+				opts:  []kgo.Opt{kgo.RecordRetries(2), kgo.MetadataMinAge(10 * time.Millisecond)},
+				cause: kerr.NotEnoughReplicas,
+				arm:   faultProduce(kerr.NotEnoughReplicas, -1),
+			})
+		})
+	})
+	t.Run("delivery-timeout", func(t *testing.T) {
+		eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+			runInvariant(t, opts, failScenario{
+				opts:  []kgo.Opt{kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(10 * time.Millisecond)},
+				cause: kgo.ErrRecordTimeout,
+				arm:   faultProduce(kerr.NotEnoughReplicas, -1),
+			})
+		})
+	})
+}
+
+// produceWrites signals every produce request kgo writes to a broker.
+type produceWrites chan struct{}
+
+func (w produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == int16(kmsg.Produce) && err == nil {
+		w <- struct{}{}
+	}
+}
+
+// TestInvariantPipelined: the idempotent producer has a second produce
+// request in flight behind the one that fails with INVALID_RECORD (answered
+// once); the broker would accept nothing of it (sequence gap), and nothing
+// produced after the failure is written either. Non-idempotent (1 in flight)
+// never sends the second request before the failure.
+func TestInvariantPipelined(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		idempotent := len(opts) == 0
+		ctx := testCtx(t)
+		c := newCluster(t, 1, topic)
+		h := newFailHook()
+		writes := make(produceWrites, 64)
+		cl := newClient(t, c, append(append([]kgo.Opt{
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithHooks(writes),
+		}, opts...), failStopOpts(h)...)...)
+
+		produceOK(ctx, t, cl, recs(topic, 0, 0, 3)...) // also lets the idempotent producer pipeline
+		for len(writes) > 0 {
+			<-writes
+		}
+
+		held, release := make(chan struct{}), make(chan struct{})
+		var releaseOnce sync.Once
+		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(doRelease)
+		first := true
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if !first {
+				c.DropControl()
+				return nil, nil, false
+			}
+			first = false
+			close(held)
+			c.SleepControl(func() { <-release })
+			return nil, nil, false
+		})
+		faultProduce(kerr.InvalidRecord, 0)(c)
+
+		waveCh := produceAsync(ctx, cl, rec(topic, 0, 3))
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("the failing request never reached the broker")
+		}
+		waveCh = append(waveCh, produceAsync(ctx, cl, recs(topic, 0, 4, 7)...)...)
+		want := 1
+		if idempotent {
+			want = 2 // the failing request and the pipelined one
+		}
+		for range want {
+			select {
+			case <-writes:
+			case <-ctx.Done():
+				t.Fatal("produce request not written")
+			}
+		}
+		doRelease()
+
+		orig := checkWave(t, await(ctx, t, waveCh), kerr.InvalidRecord)
+		checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), orig, kerr.InvalidRecord)
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 3))
+
+		cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
+		produceOK(ctx, t, cl, recs(topic, 0, 3, 10)...)
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 10))
+		if evs := h.snapshot(); len(evs) != 1 {
+			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+		}
+	})
+}
+
+// TestInvariantRecordTooLarge: a record larger than ProducerBatchMaxBytes
+// fails on its own (in Produce, on the producing goroutine) and fails its
+// partition; it is produced again at a size that fits.
+func TestInvariantRecordTooLarge(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		runInvariant(t, opts, failScenario{
+			opts:  []kgo.Opt{kgo.ProducerBatchMaxBytes(512)},
+			cause: kerr.MessageTooLarge,
+			arm:   func(*kfake.Cluster) func() { return func() {} },
+			waveRec: func(seq int) *kgo.Record {
+				r := rec(topic, 0, seq)
+				if seq == nPrefix {
+					r.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
+				}
+				return r
+			},
+		})
+	})
+}
+
+// TestCanceledContext: records sit buffered behind a produce request the
+// broker holds; their context is canceled before they are sent, so they fail
+// with context.Canceled and fail the partition.
+func TestCanceledContext(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		ctx := testCtx(t)
+		c := newCluster(t, 1, topic)
+
+		// Hold the first produce request (seq 0) until release.
+		held, release := make(chan struct{}), make(chan struct{})
+		var releaseOnce sync.Once
+		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(doRelease)
+		first := true
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if !first {
+				c.DropControl()
+				return nil, nil, false
+			}
+			first = false // control functions run serially
+			close(held)
+			c.SleepControl(func() { <-release })
+			return nil, nil, false // then answer normally
+		})
+
+		h := newFailHook()
+		cl := newClient(t, c, append(append([]kgo.Opt{
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		}, opts...), failStopOpts(h)...)...)
+
+		ch0 := produceAsync(ctx, cl, rec(topic, 0, 0))
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("first produce request never reached the broker")
+		}
+		// With one request in flight, these wait in the buffer.
+		cctx, ccancel := context.WithCancel(ctx)
+		waveCh := produceAsync(cctx, cl, recs(topic, 0, 1, 4)...)
+		ccancel()
+		doRelease()
+
+		if r := await(ctx, t, ch0)[0]; r.err != nil || r.r.Offset != 0 {
+			t.Fatalf("seq 0: offset %d, err %v; want offset 0", r.r.Offset, r.err)
+		}
+		orig := checkWave(t, await(ctx, t, waveCh), context.Canceled)
+		checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
+
+		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 4, 6)...)), orig, context.Canceled)
+
+		// Recovering what is not failed is a no-op.
+		cl.RecoverProducePartitions(map[string][]int32{topic: {-1, 1, 7}, "other": {-1, 0}})
+		if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {0}}, slices.Equal) {
+			t.Fatalf("FailedProducePartitions() = %s, want map[t:[0]]", fmtFailed(got))
+		}
+		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 6))), orig, context.Canceled)
+		checkLog(ctx, t, c, topic, 0, []int{0})
+
+		cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
+		produceOK(ctx, t, cl, recs(topic, 0, 1, 7)...)
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 7))
+		if evs := h.snapshot(); len(evs) != 1 {
+			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+		}
+	})
+}
+
+// TestBlockedProduceCanceled: Produce blocks on MaxBufferedRecords (the
+// buffered record's request is held by the broker) and its context is
+// canceled: the record fails before partitioning, failing the topic (-1),
+// synchronously in Produce. The held record is still written.
+func TestBlockedProduceCanceled(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		ctx := testCtx(t)
+		c := newCluster(t, 1, topic)
+		h := newFailHook()
+		cl := newClient(t, c, append(append([]kgo.Opt{
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1),
+		}, opts...), failStopOpts(h)...)...)
+		produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
+
+		held, release := make(chan struct{}), make(chan struct{})
+		var releaseOnce sync.Once
+		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
+		t.Cleanup(doRelease)
+		first := true
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if !first {
+				c.DropControl()
+				return nil, nil, false
+			}
+			first = false
+			close(held)
+			c.SleepControl(func() { <-release })
+			return nil, nil, false
+		})
+
+		ch1 := produceAsync(ctx, cl, rec(topic, 0, 1))
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("produce request never reached the broker")
+		}
+		// The buffer is full: this Produce blocks until its context is
+		// done, which it already is.
+		cctx, ccancel := context.WithCancel(ctx)
+		ccancel()
+		ch2 := produceAsync(cctx, cl, rec(topic, 0, 2))
+		if evs := h.snapshot(); len(evs) != 1 {
+			t.Fatalf("after the blocked Produce returned, hook calls = %v, want one", evs)
+		}
+		checkEvent(t, h.wait(ctx, t), topic, -1, context.Canceled)
+		orig := checkWave(t, await(ctx, t, ch2), context.Canceled)
+		doRelease()
+		if r := await(ctx, t, ch1)[0]; r.err != nil {
+			t.Fatalf("seq 1, buffered before the failure: %v", r.err)
+		}
+
+		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
+		checkLog(ctx, t, c, topic, 0, []int{0, 1})
+		cl.RecoverProducePartitions(map[string][]int32{topic: {-1}})
+		produceOK(ctx, t, cl, recs(topic, 0, 2, 5)...)
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
+		if evs := h.snapshot(); len(evs) != 1 {
+			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+		}
+	})
+}
+
+// TestMaxBufferedFailsTopic: TryProduce over MaxBufferedRecords (with
+// ManualFlushing, so the buffer stays full) fails before partitioning, so
+// the whole topic fails (partition -1), synchronously in TryProduce.
+//
+// metadata-loaded: the records buffered before the failure were partitioned
+// and are written. before-metadata: they are still waiting for the topic's
+// metadata when the topic fails; the client may reject them too (it does
+// today: they finish with ErrProducePartitionFailed although they were
+// produced before the failing record), so only the invariant is checked:
+// what is written is a gapless prefix.
+func TestMaxBufferedFailsTopic(t *testing.T) {
+	for _, warm := range []bool{true, false} {
+		name := "metadata-loaded"
+		if !warm {
+			name = "before-metadata"
+		}
+		t.Run(name, func(t *testing.T) {
+			eachConfig(t, func(t *testing.T, opts []kgo.Opt) { testMaxBuffered(t, opts, warm) })
+		})
+	}
+}
+
+func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	cl := newClient(t, c, append(append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing(), kgo.MaxBufferedRecords(2),
+	}, opts...), failStopOpts(h)...)...)
+	try := func(rs ...*kgo.Record) []chan result {
+		chs := make([]chan result, len(rs))
+		for i, r := range rs {
+			ch := make(chan result, 1)
+			chs[i] = ch
+			cl.TryProduce(ctx, r, func(r *kgo.Record, err error) { ch <- result{r, err} })
+		}
+		return chs
+	}
+	flushOK := func(chs []chan result) {
+		t.Helper()
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		for _, r := range await(ctx, t, chs) {
+			if r.err != nil {
+				t.Fatalf("seq %s: %v", r.r.Value, r.err)
+			}
+		}
+	}
+
+	var written []int // the log's expected content
+	next := 0
+	if warm {
+		flushOK(try(rec(topic, 0, 0)))
+		written, next = append(written, 0), 1
+	}
+	buffered := try(recs(topic, 0, next, next+2)...)
+	failSeq := next + 2
+	over := try(rec(topic, 0, failSeq))
+	// The hook ran on this goroutine, inside TryProduce.
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("after TryProduce returned ErrMaxBuffered, hook calls = %v, want one", evs)
+	}
+	checkEvent(t, h.wait(ctx, t), topic, -1, kgo.ErrMaxBuffered)
+	orig := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
+	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {-1}}, slices.Equal) {
+		t.Fatalf("FailedProducePartitions() = %s, want map[t:[-1]]", fmtFailed(got))
+	}
+
+	// What was buffered (and partitioned) before the failure is written.
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	redo := failSeq // the first seq to produce again after recovery
+	for i, r := range await(ctx, t, buffered) {
+		seq := next + i
+		switch {
+		case r.err == nil && redo < failSeq:
+			t.Fatalf("seq %d written at offset %d after seq %d was rejected", seq, r.r.Offset, redo)
+		case r.err == nil:
+			written = append(written, seq)
+		case warm:
+			t.Fatalf("seq %d, partitioned before the failure: %v", seq, r.err)
+		case !isPartitionFailed(r.err) || !errors.Is(r.err, kgo.ErrMaxBuffered):
+			t.Fatalf("seq %d, produced before the failure: %v, want written or rejected as partition-failed", seq, r.err)
+		default:
+			t.Logf("seq %d, produced before the failing seq %d but not yet partitioned, was rejected: %v", seq, failSeq, r.err)
+			redo = min(redo, seq)
+		}
+	}
+	after := try(recs(topic, 0, failSeq+1, failSeq+3)...)
+	if err := cl.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	checkRejected(t, await(ctx, t, after), orig, kgo.ErrMaxBuffered)
+	checkLog(ctx, t, c, topic, 0, written)
+
+	cl.RecoverProducePartitions(map[string][]int32{topic: {-1}})
+	if got := cl.FailedProducePartitions(); len(got) != 0 {
+		t.Fatalf("FailedProducePartitions() after recovery = %s", fmtFailed(got))
+	}
+	for seq := redo; seq < failSeq+3; seq += 2 { // MaxBufferedRecords(2)
+		flushOK(try(recs(topic, 0, seq, min(seq+2, failSeq+3))...))
+	}
+	checkLog(ctx, t, c, topic, 0, seqRange(0, failSeq+3))
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+	}
+}
+
+// TestUnknownTopicFailsTopic: records for a topic that does not exist fail
+// once UnknownTopicRetries, or RecordDeliveryTimeout, runs out, failing the
+// topic (partition -1). After the topic is created its records are still
+// rejected, until the topic is recovered.
+func TestUnknownTopicFailsTopic(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []kgo.Opt
+		cause error
+	}{
+		{"retries", []kgo.Opt{kgo.UnknownTopicRetries(1)}, kerr.UnknownTopicOrPartition},
+		{"delivery-timeout", []kgo.Opt{kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(time.Second)}, kgo.ErrRecordTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachConfig(t, func(t *testing.T, opts []kgo.Opt) { testUnknownTopic(t, append(tc.opts, opts...), tc.cause) })
+		})
+	}
+}
+
+func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
+	const u = "unknown"
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	cl := newClient(t, c, append(append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.MetadataMinAge(10 * time.Millisecond),
+	}, opts...), failStopOpts(h)...)...)
+
+	orig := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 0, 3)...)), cause)
+	checkEvent(t, h.wait(ctx, t), u, -1, cause)
+	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{u: {-1}}, slices.Equal) {
+		t.Fatalf("FailedProducePartitions() = %s, want map[%s:[-1]]", fmtFailed(got), u)
+	}
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 3, 5)...)), orig, cause)
+
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = u, 1, 1
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil && len(resp.Topics) == 1 {
+		err = kerr.ErrorForCode(resp.Topics[0].ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("creating %s: %v", u, err)
+	}
+
+	// The topic exists now, but stays failed until recovered.
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 5, 7)...)), orig, cause)
+	if hwm := c.PartitionInfo(u, 0).HighWatermark; hwm != 0 {
+		t.Fatalf("%s/0 high watermark %d while failed, want 0", u, hwm)
+	}
+
+	cl.RecoverProducePartitions(map[string][]int32{u: {-1}})
+	produceOK(ctx, t, cl, recs(u, 0, 0, 7)...)
+	checkLog(ctx, t, c, u, 0, seqRange(0, 7))
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+	}
+}
+
+// TestTransaction: a partition fails inside a transaction; TryCommit is
+// refused, TryAbort succeeds and recovers the partition, read_committed sees
+// nothing of the aborted transaction, and a new transaction producing
+// everything again commits it in order.
+func TestTransaction(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2, topic)
+	h := newFailHook()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.TransactionalID("failstop-txn"),
+	}, failStopOpts(h)...)...)
+
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produceOK(ctx, t, cl, recs(topic, 0, 0, 3)...)
+	fix := faultProduce(kerr.InvalidRecord, -1)(c)
+	orig := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 6)...)), kerr.InvalidRecord)
+	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+	fix()
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)), orig, kerr.InvalidRecord)
+
+	err := cl.EndTransaction(ctx, kgo.TryCommit)
+	if !errors.Is(err, kgo.ErrProducePartitionFailed) || !errors.Is(err, kerr.TransactionAbortable) {
+		t.Fatalf("EndTransaction(TryCommit) = %v, want an error wrapping ErrProducePartitionFailed and TransactionAbortable", err)
+	}
+	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {0}}, slices.Equal) {
+		t.Fatalf("FailedProducePartitions() after refused commit = %s, want map[t:[0]]", fmtFailed(got))
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatalf("EndTransaction(TryAbort): %v", err)
+	}
+	if got := cl.FailedProducePartitions(); len(got) != 0 {
+		t.Fatalf("FailedProducePartitions() after abort = %s, want nothing", fmtFailed(got))
+	}
+
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	res := produceOK(ctx, t, cl, recs(topic, 0, 0, 8)...)
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+		t.Fatalf("EndTransaction(TryCommit) of the new transaction: %v", err)
+	}
+	last := res[len(res)-1].r.Offset
+
+	seqs := func(rs []*kgo.Record) []int {
+		var s []int
+		for _, r := range rs {
+			s = append(s, seqOf(t, r))
+		}
+		return s
+	}
+	// read_committed: the committed transaction, in order, nothing aborted.
+	if got := seqs(readLog(ctx, t, c, topic, 0, kgo.ReadCommitted(), last)); !slices.Equal(got, seqRange(0, 8)) {
+		t.Fatalf("read_committed sees %v, want %v", got, seqRange(0, 8))
+	}
+	// read_uncommitted: the aborted transaction wrote only the prefix
+	// before the failure.
+	if got, want := seqs(readLog(ctx, t, c, topic, 0, kgo.ReadUncommitted(), last)), append(seqRange(0, 3), seqRange(0, 8)...); !slices.Equal(got, want) {
+		t.Fatalf("read_uncommitted sees %v, want %v", got, want)
+	}
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+	}
+}
+
+// TestHookReenters: the hook produces to the failed partition (rejected) and
+// recovers it from inside, on the client's produce-response goroutine
+// (INVALID_RECORD) and on the producing goroutine (record too large).
+func TestHookReenters(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  []kgo.Opt
+		cause error
+		arm   func(c *kfake.Cluster)
+		fail  func(r *kgo.Record)
+	}{
+		{
+			name:  "response-goroutine",
+			cause: kerr.InvalidRecord,
+			arm: func(c *kfake.Cluster) {
+				c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+			},
+			fail: func(*kgo.Record) {},
+		},
+		{
+			name:  "producing-goroutine",
+			opts:  []kgo.Opt{kgo.ProducerBatchMaxBytes(512)},
+			cause: kerr.MessageTooLarge,
+			arm:   func(*kfake.Cluster) {},
+			fail: func(r *kgo.Record) {
+				r.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+				ctx := testCtx(t)
+				c := newCluster(t, 1, topic)
+
+				type observed struct {
+					inner         chan result
+					before, after map[string][]int32
+				}
+				var (
+					clMu  sync.Mutex
+					cl    *kgo.Client
+					obsCh = make(chan observed, 1)
+				)
+				h := newFailHook()
+				h.onFail = func(failEvent) {
+					clMu.Lock()
+					cl := cl
+					clMu.Unlock()
+					var o observed
+					o.inner = produceAsync(ctx, cl, rec(topic, 0, 100))[0]
+					o.before = cl.FailedProducePartitions()
+					cl.RecoverFailedProducePartitions()
+					o.after = cl.FailedProducePartitions()
+					obsCh <- o
+				}
+				clMu.Lock()
+				cl = newClient(t, c, append(append(append([]kgo.Opt{
+					kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+				}, opts...), tc.opts...), failStopOpts(h)...)...)
+				clMu.Unlock()
+
+				produceOK(ctx, t, cl, rec(topic, 0, 0)) // loads metadata
+				tc.arm(c)
+				bad := rec(topic, 0, 1)
+				tc.fail(bad)
+				if r := await(ctx, t, produceAsync(ctx, cl, bad))[0]; !errors.Is(r.err, tc.cause) || isPartitionFailed(r.err) {
+					t.Fatalf("seq 1 failed with %v, want %v", r.err, tc.cause)
+				}
+				var o observed
+				select {
+				case o = <-obsCh:
+				case <-ctx.Done():
+					t.Fatal("hook did not finish: deadlocked?")
+				}
+				if !maps.EqualFunc(o.before, map[string][]int32{topic: {0}}, slices.Equal) || len(o.after) != 0 {
+					t.Fatalf("in hook, FailedProducePartitions() = %s before recovering and %s after", fmtFailed(o.before), fmtFailed(o.after))
+				}
+				checkRejected(t, await(ctx, t, []chan result{o.inner}), nil, tc.cause)
+
+				// Recovered from inside the hook: records flow again.
+				produceOK(ctx, t, cl, rec(topic, 0, 2))
+				checkLog(ctx, t, c, topic, 0, []int{0, 2})
+				if evs := h.snapshot(); len(evs) != 1 {
+					t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
+				}
+			})
+		})
+	}
+}
+
+// failLogger closes ch when a produce batch fails; kgo logs this under the
+// partition's lock just before it fails the batch's records.
+type failLogger struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (*failLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+func (l *failLogger) Log(_ kgo.LogLevel, msg string, _ ...any) {
+	if msg == "batch in a produce request failed" {
+		l.once.Do(func() { close(l.ch) })
+	}
+}
+
+// TestOptionOffKeepsReorderBug documents today's behaviour, unchanged with
+// the option off: r1 fails with INVALID_RECORD, and r2, produced after the
+// failure was processed but before r1's promise ran, is written (offset 0),
+// ahead of r1 if r1 is produced again. The hook is not called.
+func TestOptionOffKeepsReorderBug(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		ctx := testCtx(t)
+		c := newCluster(t, 2, topic)
+		lg := &failLogger{ch: make(chan struct{})}
+		h := newFailHook()
+		cl := newClient(t, c, append([]kgo.Opt{
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+			kgo.WithLogger(lg), kgo.WithHooks(h),
+		}, opts...)...)
+
+		produceOK(ctx, t, cl, rec(topic, 1, 0)) // metadata
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+
+		// Hold the single promise goroutine in a promise.
+		entered, gate := make(chan struct{}), make(chan struct{})
+		var gateOnce sync.Once
+		openGate := func() { gateOnce.Do(func() { close(gate) }) }
+		t.Cleanup(openGate)
+		cl.Produce(ctx, rec(topic, 1, 1), func(*kgo.Record, error) { close(entered); <-gate })
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("gate promise never ran")
+		}
+
+		p1 := produceAsync(ctx, cl, rec(topic, 0, 1))
+		select {
+		case <-lg.ch:
+		case <-ctx.Done():
+			t.Fatal("r1's batch never failed")
+		}
+		p2 := produceAsync(ctx, cl, rec(topic, 0, 2))
+		openGate()
+
+		r1, r2 := await(ctx, t, p1)[0], await(ctx, t, p2)[0]
+		if !errors.Is(r1.err, kerr.InvalidRecord) {
+			t.Fatalf("r1: %v, want INVALID_RECORD", r1.err)
+		}
+		if r2.err != nil || r2.r.Offset != 0 {
+			t.Fatalf("r2: offset %d, err %v; want today's bug: r2 written at offset 0", r2.r.Offset, r2.err)
+		}
+		checkLog(ctx, t, c, topic, 0, []int{2})
+		if got := cl.FailedProducePartitions(); len(got) != 0 {
+			t.Fatalf("FailedProducePartitions() with the option off = %s", fmtFailed(got))
+		}
+		if evs := h.snapshot(); len(evs) != 0 {
+			t.Fatalf("hook called with the option off: %v", evs)
+		}
+	})
+}
+
+// rrManual puts keyed records in their Record.Partition, consistently (like
+// ManualPartitioner), and unkeyed records round robin, free to move.
+type rrManual struct{}
+
+func (rrManual) ForTopic(string) kgo.TopicPartitioner {
+	return &rrManualTopic{kgo.RoundRobinPartitioner().ForTopic("")}
+}
+
+type rrManualTopic struct{ rr kgo.TopicPartitioner }
+
+func (*rrManualTopic) RequiresConsistency(r *kgo.Record) bool { return r.Key != nil }
+
+func (p *rrManualTopic) Partition(r *kgo.Record, n int) int {
+	if r.Key != nil {
+		return int(r.Partition)
+	}
+	return p.rr.Partition(r, n)
+}
+
+// TestUnkeyedRoutedAround: on a 3-partition topic, once partition 0 fails,
+// unkeyed records go to the other partitions and succeed, while keyed
+// records for partition 0 are rejected. default-partitioner: kgo's default
+// (sticky, adaptive) with a key that hashes to 0 and large unkeyed records so
+// that it picks many partitions; round-robin: a partitioner that picks 0 for
+// every third unkeyed record, and places keyed records manually.
+func TestUnkeyedRoutedAround(t *testing.T) {
+	const nParts = 3
+	// A key the default partitioner (murmur2, as in Kafka) puts in 0.
+	hasher := kgo.StickyKeyPartitioner(nil).ForTopic(topic)
+	var key0 []byte
+	for i := 0; key0 == nil; i++ {
+		if k := []byte("key-" + strings.Repeat("x", i)); hasher.Partition(&kgo.Record{Key: k}, nParts) == 0 {
+			key0 = k
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    []kgo.Opt
+		valSize int
+	}{
+		{"default-partitioner", nil, 40 << 10},
+		{"round-robin", []kgo.Opt{kgo.RecordPartitioner(rrManual{})}, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+				ctx := testCtx(t)
+				c := newCluster(t, nParts, topic)
+				h := newFailHook()
+				cl := newClient(t, c, append(append(append([]kgo.Opt{kgo.ProducerLinger(0)}, tc.opts...), opts...), failStopOpts(h)...)...)
+				keyed := func(from, to int) []*kgo.Record {
+					rs := recs(topic, 0, from, to)
+					for _, r := range rs {
+						r.Key = key0
+					}
+					return rs
+				}
+
+				fix := faultProduce(kerr.InvalidRecord, -1)(c)
+				wave := await(ctx, t, produceAsync(ctx, cl, keyed(0, 3)...))
+				for _, w := range wave {
+					if w.r.Partition != 0 {
+						t.Fatalf("keyed record went to partition %d, want 0", w.r.Partition)
+					}
+				}
+				orig := checkWave(t, wave, kerr.InvalidRecord)
+				checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+				fix()
+
+				var unkeyed []*kgo.Record
+				for range 60 {
+					unkeyed = append(unkeyed, &kgo.Record{Topic: topic, Value: make([]byte, tc.valSize)})
+				}
+				perPart := make([]int, nParts)
+				for _, r := range produceOK(ctx, t, cl, unkeyed...) {
+					perPart[r.r.Partition]++
+				}
+				if perPart[0] != 0 {
+					t.Fatalf("unkeyed records per partition %v: some went to failed partition 0", perPart)
+				}
+				t.Logf("unkeyed records per partition: %v", perPart)
+				checkRejected(t, await(ctx, t, produceAsync(ctx, cl, keyed(3, 5)...)), orig, kerr.InvalidRecord)
+				checkLog(ctx, t, c, topic, 0, nil)
+
+				cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
+				produceOK(ctx, t, cl, keyed(0, 5)...)
+				checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
+			})
+		})
+	}
+}
+
+// TestNewClientRejectsUnsafe: the option cannot keep order with more than one
+// non-idempotent request in flight, with acks=0, or with idempotent produce
+// cancellation.
+func TestNewClientRejectsUnsafe(t *testing.T) {
+	c := newCluster(t, 1, topic)
+	for _, tc := range []struct {
+		name   string
+		opts   []kgo.Opt
+		reject bool
+	}{
+		{"non-idempotent-inflight-2", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(2)}, true},
+		{"acks-0", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())}, true},
+		{"idempotent-produce-cancellation", []kgo.Opt{kgo.AllowIdempotentProduceCancellation()}, true},
+		{"non-idempotent-inflight-1", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(1)}, false},
+		{"non-idempotent-acks-1", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())}, false},
+		{"idempotent", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mk := func(opts ...kgo.Opt) error {
+				cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, opts...)...)
+				if cl != nil {
+					cl.Close()
+				}
+				return err
+			}
+			if err := mk(tc.opts...); err != nil {
+				t.Fatalf("without the option: %v", err)
+			}
+			err := mk(append(tc.opts, kgo.FailPartitionOnProduceFailure())...)
+			switch {
+			case !tc.reject && err != nil:
+				t.Fatalf("with the option: %v", err)
+			case tc.reject && (err == nil || !strings.Contains(err.Error(), "FailPartitionOnProduceFailure")):
+				t.Fatalf("with the option: err = %v, want an error mentioning FailPartitionOnProduceFailure", err)
+			}
+		})
+	}
+}
