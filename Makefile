@@ -58,15 +58,20 @@ test-ours: ## Our own tests (pkg/, tests/), with -race, against the patched tree
 	go test -race -count=1 -timeout 10m ./...
 	cd tests/consumer && GOWORK=off go test -race -count=1 -timeout 5m ./...
 
+.PHONY: test-baseline
+test-baseline: ## The ordering invariant tests against pristine v1.22.3: they must fail there.
+	@bash tests/pristine-baseline.sh
+
 .PHONY: test-upstream
 test-upstream: ## franz-go's kgo suite (-race, kfake on loopback or KGO_SEEDS) and kfake's producer tests.
 	@bash upstream/test-upstream.sh
 
 .PHONY: test
-test: ## Everything CI runs: materialize, lint, our tests, upstream's tests, drift check.
+test: ## Everything CI runs: materialize, lint, our tests, the pristine baseline, upstream's tests, drift check.
 	@$(MAKE) --no-print-directory patches-apply
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-ours
+	@$(MAKE) --no-print-directory test-baseline
 	@$(MAKE) --no-print-directory test-upstream
 	@$(MAKE) --no-print-directory patches-check
 	@echo 'make test: all steps passed'

@@ -75,10 +75,11 @@ download() {
 	_dir=$moddir
 }
 
-# materialize SRC DEST: copy the module into DEST, make it a git repo with
-# one deterministic base commit tagged upstream-base, then git am the series.
+# materialize SRC DEST [NPATCHES]: copy the module into DEST, make it a git
+# repo with one deterministic base commit tagged upstream-base, then git am
+# the series (only its first NPATCHES patches, if given).
 materialize() {
-	local src=$1 dest=$2
+	local src=$1 dest=$2 max=${3:--1}
 	rm -rf "$dest"
 	mkdir -p "$dest"
 	cp -R "$src/." "$dest/"
@@ -94,6 +95,7 @@ materialize() {
 		g tag upstream-base
 		local name n=0
 		while IFS= read -r name; do
+			[ "$max" -ge 0 ] && [ "$n" -ge "$max" ] && break
 			n=$((n + 1))
 			[ -f "$patches/$name" ] || die "patches/series names $name, but patches/$name does not exist"
 			if ! g am -q -k --no-3way --whitespace=nowarn "$patches/$name" >/tmp/patchset-am.$$ 2>&1; then
@@ -219,10 +221,21 @@ cmd_check() {
 	return $rc
 }
 
+# cmd_pristine DEST: materialize pristine upstream (no patches) into DEST,
+# for tests that must fail there.
+cmd_pristine() {
+	[ -n "${1:-}" ] || die "usage: patchset.sh pristine DEST"
+	local dir
+	download dir
+	materialize "$dir" "$1" 0
+	say "$1 is pristine $module $version"
+}
+
 case "${1:-}" in
 apply) shift; cmd_apply "$@" ;;
+pristine) shift; cmd_pristine "$@" ;;
 export) cmd_export ;;
 check) cmd_check ;;
 base) cd "$tree" && git rev-parse upstream-base ;;
-*) die "usage: patchset.sh apply [--force] | export | check | base" ;;
+*) die "usage: patchset.sh apply [--force] | export | check | pristine DEST | base" ;;
 esac

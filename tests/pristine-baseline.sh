@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# pristine-baseline.sh: prove that the ordering tests can fail.
+#
+# Builds tests/failstop with -tags pristine (the new API shimmed out)
+# against pristine franz-go v1.22.3 and runs the invariant tests there. They
+# must FAIL: on pristine upstream, a record produced after a failure is
+# written, which is the bug the patch set fixes. If they pass there, they
+# prove nothing, and this script fails.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+run=${BASELINE_RUN:-TestInvariantInvalidRecord}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+bash "$root/upstream/patchset.sh" pristine "$work/franz-go"
+cat >"$work/go.work" <<EOW
+go 1.26.0
+
+use (
+	$root
+	$work/franz-go
+)
+EOW
+echo "pristine-baseline: go test -tags pristine -run '$run' ./tests/failstop (against pristine v1.22.3; must fail)"
+if (cd "$root" && GOWORK="$work/go.work" go test -race -count=1 -tags pristine -run "$run" ./tests/failstop >"$work/out" 2>&1); then
+	cat "$work/out"
+	echo "pristine-baseline: FAIL: the invariant tests pass on pristine upstream, so they cannot detect the bug" >&2
+	exit 1
+fi
+grep -E -- '--- FAIL|_test.go:[0-9]+:' "$work/out" | head -20
+if ! grep -q -- '--- FAIL: TestInvariant' "$work/out"; then
+	cat "$work/out"
+	echo "pristine-baseline: FAIL: the run failed, but not in an invariant test (build error?)" >&2
+	exit 1
+fi
+echo "pristine-baseline: ok: pristine v1.22.3 violates the ordering invariant, as expected"
