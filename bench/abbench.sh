@@ -15,7 +15,7 @@
 #   BENCH_ENV_A  space separated VAR=val assignments added to the
 #                environment of every run of A, e.g. "KGO_BENCH_FOO=1".
 #   BENCH_ENV_B  the same for B. Values cannot contain spaces.
-#   BENCH        benchmark regexp (default 'BenchmarkBufferRecord|BenchmarkProduce').
+#   BENCH        benchmark regexp (default 'BenchmarkBufferRecord$|BenchmarkProduce$').
 #   BENCHTIME    passed as -test.benchtime if set (e.g. 2s or 1000000x).
 #   OUT          directory for a.test, b.test, a.txt, b.txt (default: a new
 #                temp dir). a.txt and b.txt are truncated at start.
@@ -38,7 +38,7 @@ usage() {
 count=${3:-10}
 [[ $count =~ ^[1-9][0-9]*$ ]] || { echo "count must be a positive integer, got '$count'" >&2; exit 2; }
 
-bench=${BENCH:-'BenchmarkBufferRecord|BenchmarkProduce'}
+bench=${BENCH:-'BenchmarkBufferRecord$|BenchmarkProduce$'}
 benchstat_version=${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
 
 tree_a=$(cd "$1" && pwd)
