@@ -58,6 +58,10 @@ test-ours: ## Our own tests (pkg/, tests/), with -race, against the patched tree
 	go test -race -count=1 -timeout 10m ./...
 	cd tests/consumer && GOWORK=off go test -race -count=1 -timeout 5m ./...
 
+.PHONY: upstream-pr
+upstream-pr: ## Write dist/upstream-pr/: the series stripped of downstream metadata, PR.md, v1.22.x compatibility.
+	@bash upstream/upstream-pr.sh
+
 .PHONY: test-baseline
 test-baseline: ## The ordering invariant tests against pristine v1.22.3: they must fail there.
 	@bash tests/pristine-baseline.sh
