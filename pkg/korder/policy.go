@@ -1,0 +1,179 @@
+package korder
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+type policyKind uint8
+
+const (
+	policyRetry policyKind = iota + 1
+	policyIsolate
+	policyDeadLetter
+	policyDrop
+	policyStop
+)
+
+// Policy decides what happens to a record that failed to produce. Policies
+// are applied in the order given to WithPolicies, to one record at a time,
+// the earliest failed record of the topic first: a policy either settles the
+// record (it was written, diverted or dropped) or passes it to the next
+// policy. Records after it are not written before it is settled, so the
+// order of every partition is kept. A record that no policy settles is
+// handled as by Stop.
+//
+// Kafka Streams' ProductionExceptionHandler (fail, continue, retry with a
+// dead-letter queue) is the naming precedent; these policies keep order.
+type Policy struct {
+	kind       policyKind
+	attempts   int
+	backoff    time.Duration
+	topic      string
+	quarantine bool
+}
+
+// Retry produces the failed record again, with the records after it, in
+// order, up to attempts times, waiting backoff before each attempt, then
+// passes the record on. A record produced again is measured against
+// RecordDeliveryTimeout afresh only if the client measures the timeout from
+// the time of Produce (the downstream franz-go patch does).
+func Retry(attempts int, backoff time.Duration) Policy {
+	return Policy{kind: policyRetry, attempts: attempts, backoff: backoff}
+}
+
+// Isolate handles a record that failed with an error that may belong to a
+// single record (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
+// POLICY_VIOLATION, or a record too large for a batch): kgo fails whole
+// batches, so the records of the batch are produced again one at a time, in
+// order. Records that succeed are written in order; only a record that fails
+// on its own is passed on.
+func Isolate() Policy { return Policy{kind: policyIsolate} }
+
+// DeadLetter diverts the failed record to the dead-letter topic: a copy with
+// the original key, value, timestamp and headers, plus the headers
+// korder-cause, korder-topic and korder-partition. The record's promise gets
+// an error wrapping ErrDeadLettered and the cause, and the rest of the
+// partition continues in order. If the dead-letter topic cannot be written,
+// the record is passed on.
+func DeadLetter(topic string) Policy { return Policy{kind: policyDeadLetter, topic: topic} }
+
+// QuarantineKeys makes a DeadLetter policy quarantine the key of every
+// record it diverts: later records with that key in the same topic go to
+// the dead-letter topic too, so that they cannot overtake it, until
+// Producer.ReleaseQuarantine. Other keys continue. Records without a key are
+// not quarantined.
+func (p Policy) QuarantineKeys() Policy {
+	p.quarantine = true
+	return p
+}
+
+// Drop drops the failed record: its promise gets an error wrapping
+// ErrDropped and the cause, and the rest of the partition continues in
+// order.
+func Drop() Policy { return Policy{kind: policyDrop} }
+
+// Stop fails the record and stops its topic: the record, every record after
+// it, and every record produced to the topic until Producer.Resume fail with
+// an error wrapping ErrStopped and the cause, and nothing more is written to
+// the failed partition.
+func Stop() Policy { return Policy{kind: policyStop} }
+
+func (p Policy) String() string {
+	switch p.kind {
+	case policyRetry:
+		return fmt.Sprintf("Retry(%d, %s)", p.attempts, p.backoff)
+	case policyIsolate:
+		return "Isolate()"
+	case policyDeadLetter:
+		if p.quarantine {
+			return fmt.Sprintf("DeadLetter(%q).QuarantineKeys()", p.topic)
+		}
+		return fmt.Sprintf("DeadLetter(%q)", p.topic)
+	case policyDrop:
+		return "Drop()"
+	case policyStop:
+		return "Stop()"
+	}
+	return "Policy{}"
+}
+
+// perRecordCause returns whether err may be caused by one record of a batch
+// rather than by the partition or the broker.
+func perRecordCause(err error) bool {
+	for _, e := range []error{
+		kerr.MessageTooLarge,
+		kerr.InvalidRecord,
+		kerr.CorruptMessage,
+		kerr.PolicyViolation,
+		kerr.RecordListTooLarge,
+	} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+type config struct {
+	policies []Policy
+	maxHeld  int
+}
+
+func defaultConfig() config {
+	return config{
+		policies: []Policy{Retry(3, 100*time.Millisecond), Stop()},
+		maxHeld:  10000,
+	}
+}
+
+func (c *config) validate() error {
+	if c.maxHeld < 1 {
+		return fmt.Errorf("korder: MaxHeld(%d): must be at least 1", c.maxHeld)
+	}
+	if len(c.policies) == 0 {
+		return errors.New("korder: WithPolicies needs at least one policy")
+	}
+	for i, p := range c.policies {
+		switch p.kind {
+		case policyRetry:
+			if p.attempts < 1 || p.backoff < 0 {
+				return fmt.Errorf("korder: %s: attempts must be at least 1 and backoff not negative", p)
+			}
+		case policyDeadLetter:
+			if p.topic == "" {
+				return errors.New("korder: DeadLetter needs a topic")
+			}
+		case policyDrop, policyStop:
+			if i != len(c.policies)-1 {
+				return fmt.Errorf("korder: %s settles every record, so the policies after it (%s) would never run", p, c.policies[i+1])
+			}
+		case policyIsolate:
+		default:
+			return errors.New("korder: use the policy constructors (Retry, Isolate, DeadLetter, Drop, Stop)")
+		}
+	}
+	return nil
+}
+
+// Opt configures a Producer.
+type Opt func(*config)
+
+// WithPolicies sets the policies for failed records, applied in order,
+// overriding the default of Retry(3, 100*time.Millisecond) then Stop(). For
+// example, WithPolicies(Retry(5, time.Second), Isolate(),
+// DeadLetter("dlq").QuarantineKeys()) retries, narrows batch failures down
+// to the failing records, and diverts those.
+func WithPolicies(policies ...Policy) Opt {
+	return func(c *config) { c.policies = policies }
+}
+
+// MaxHeld sets how many records each topic may hold while it recovers,
+// overriding the default of 10000. When a topic's held queue is full,
+// Produce blocks until there is room or its context is done.
+func MaxHeld(n int) Opt {
+	return func(c *config) { c.maxHeld = n }
+}

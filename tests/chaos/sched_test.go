@@ -1,0 +1,140 @@
+package chaos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// scheduler injects faults, one draw per tick from the run's chooser. Every
+// fault it leaves behind is removed when it stops: fault handles removed,
+// delayed requests released, pending controls disarmed.
+type scheduler struct {
+	r        *run
+	schedule []string
+	n        int
+	handles  []*kfake.FaultHandle
+	releases []chan struct{}
+	timed    map[int][]func()
+	stopped  atomic.Bool
+}
+
+func newScheduler(r *run) *scheduler { return &scheduler{r: r, timed: make(map[int][]func())} }
+
+func (s *scheduler) note(format string, args ...any) {
+	line := fmt.Sprintf("t=%-6v tick=%-3d ", time.Since(s.r.start).Truncate(time.Millisecond), s.n) + fmt.Sprintf(format, args...)
+	s.schedule = append(s.schedule, line)
+	s.r.hist.add(evFault, nil, nil, -2, line)
+}
+
+func (s *scheduler) loop(quit chan struct{}) {
+	tk := time.NewTicker(s.r.rc.tick)
+	defer tk.Stop()
+	for {
+		select {
+		case <-quit:
+			s.stop()
+			return
+		case <-tk.C:
+		}
+		s.n++
+		for _, fn := range s.timed[s.n] {
+			fn()
+		}
+		delete(s.timed, s.n)
+		s.inject()
+	}
+}
+
+func (s *scheduler) after(ticks int, fn func()) { s.timed[s.n+ticks] = append(s.timed[s.n+ticks], fn) }
+
+var nonRetryable = []*kerr.Error{kerr.InvalidRecord, kerr.PolicyViolation, kerr.CorruptMessage}
+
+func (s *scheduler) inject() {
+	r, rc, ch := s.r, s.r.rc, s.r.ch
+	c := r.c
+	switch ch.intn(10) {
+	case 3: // a broker error, answered to the next N requests for a partition
+		e := nonRetryable[ch.intn(len(nonRetryable))]
+		p := int32(ch.intn(rc.partitions))
+		n := 1 + ch.intn(3)
+		s.note("fault %s on partition %d, %d requests", e.Message, p, n)
+		s.handles = append(s.handles, c.Fault(kfake.Fault{
+			Keys: []kmsg.Key{kmsg.Produce}, Topic: chaosTopic, Partitions: []int32{p}, Err: e, Count: n,
+		}))
+	case 4: // NOT_ENOUGH_REPLICAS for a while: RecordRetries runs out
+		p := int32(ch.intn(rc.partitions))
+		ticks := 1 + ch.intn(4)
+		s.note("fault NOT_ENOUGH_REPLICAS on partition %d for %d ticks", p, ticks)
+		h := c.Fault(kfake.Fault{
+			Keys: []kmsg.Key{kmsg.Produce}, Topic: chaosTopic, Partitions: []int32{p}, Err: kerr.NotEnoughReplicas, Count: -1,
+		})
+		s.handles = append(s.handles, h)
+		s.after(ticks, func() { h.Remove(); s.note("removed NOT_ENOUGH_REPLICAS on partition %d", p) })
+	case 5: // hold the next produce request for a while
+		ticks := 1 + ch.intn(5)
+		rel := make(chan struct{})
+		s.releases = append(s.releases, rel)
+		s.note("delay the next produce request for %d ticks", ticks)
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.DropControl()
+			if !s.stopped.Load() {
+				c.SleepControl(func() { <-rel })
+			}
+			return nil, nil, false
+		})
+		s.after(ticks, func() { s.release(rel); s.note("released a delayed produce request") })
+	case 6: // close the connection of the next produce request, unanswered
+		s.note("drop the connection of the next produce request")
+		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+			if s.stopped.Load() {
+				c.DropControl()
+				return nil, nil, false
+			}
+			return nil, errors.New("chaos: dropped connection"), true
+		})
+	case 7: // move a partition's leadership
+		p := int32(ch.intn(rc.partitions))
+		to := int32(ch.intn(rc.brokers))
+		if rc.brokers < 2 {
+			return
+		}
+		if lead := c.LeaderFor(chaosTopic, p); lead == to {
+			to = (to + 1) % int32(rc.brokers)
+		}
+		err := c.MoveTopicPartition(chaosTopic, p, to)
+		s.note("move partition %d to node %d: err=%v", p, to, err)
+	case 8: // cancel the context of the cancelable records produced so far
+		r.cancelMu.Lock()
+		cancel := r.cancelFn
+		r.cancelCtx, r.cancelFn = context.WithCancel(context.Background())
+		r.cancelMu.Unlock()
+		cancel()
+		s.note("cancel record contexts")
+	}
+}
+
+func (s *scheduler) release(rel chan struct{}) {
+	select {
+	case <-rel:
+	default:
+		close(rel)
+	}
+}
+
+func (s *scheduler) stop() {
+	s.stopped.Store(true)
+	for _, h := range s.handles {
+		h.Remove()
+	}
+	for _, rel := range s.releases {
+		s.release(rel)
+	}
+	s.note("stop: %d fault handles removed, %d delays released", len(s.handles), len(s.releases))
+}
