@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -65,6 +66,10 @@ type Producer struct {
 	cl  *kgo.Client
 	cfg config
 
+	// fast is a copy-on-write snapshot of topics for the lock-free
+	// Produce path; topics changes only when a topic is first seen.
+	fast atomic.Pointer[map[string]*topicState]
+
 	mu     sync.Mutex
 	topics map[string]*topicState
 	closed bool
@@ -83,11 +88,20 @@ type pending struct {
 }
 
 type topicState struct {
-	name     string
-	seq      uint64     // Produce order within the topic
-	inflight int        // records handed to kgo whose promise has not run
-	failed   []*pending // failed or rejected since the failure, in any order
-	held     []*pending // produced while the topic recovers, in order
+	name string
+
+	// While slow is false (no recovery, hold, stop or quarantine, and not
+	// closed), Produce hands records to kgo without taking the Producer's
+	// mutex: it adds to inflight, then checks slow again. A recovery sets
+	// slow, then starts only once inflight is zero, so a record either
+	// sees slow and takes the locked path, or is counted before the
+	// recovery can start.
+	slow     atomic.Bool
+	inflight atomic.Int64  // records handed to kgo whose promise has not run
+	seq      atomic.Uint64 // Produce order within the topic
+
+	failed []*pending // failed or rejected since the failure, in any order
+	held   []*pending // produced while the topic recovers, in order
 
 	recovering bool          // a failure was seen: hold new records
 	running    bool          // a recovery goroutine is at work
@@ -146,7 +160,13 @@ func (p *Producer) topicLocked(topic string) *topicState {
 	ts := p.topics[topic]
 	if ts == nil {
 		ts = &topicState{name: topic, space: make(chan struct{})}
+		ts.slow.Store(p.closed)
 		p.topics[topic] = ts
+		fast := make(map[string]*topicState, len(p.topics))
+		for name, ts := range p.topics {
+			fast[name] = ts
+		}
+		p.fast.Store(&fast)
 	}
 	return ts
 }
@@ -156,6 +176,12 @@ func (p *Producer) beginRecoveryLocked(ts *topicState) {
 		ts.recovering = true
 		ts.holdStart = time.Now()
 	}
+	p.updateSlowLocked(ts)
+}
+
+// updateSlowLocked sets whether Produce must take the locked path for ts.
+func (p *Producer) updateSlowLocked(ts *topicState) {
+	ts.slow.Store(ts.recovering || ts.running || ts.stopped != nil || len(ts.held) > 0 || len(ts.quarantined) > 0 || p.closed)
 }
 
 // wakeLocked wakes everything waiting on the topic's state.
@@ -185,8 +211,37 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			r.Topic = def
 		}
 	}
-	pd := &pending{ctx: ctx, r: r, promise: promise}
 
+	// The fast path: nothing is wrong with the topic.
+	if fast := p.fast.Load(); fast != nil {
+		if ts := (*fast)[r.Topic]; ts != nil && !ts.slow.Load() {
+			ts.inflight.Add(1)
+			if !ts.slow.Load() {
+				seq := ts.seq.Add(1)
+				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+					if err == nil || !isProduceFailure(err) {
+						if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
+							p.mu.Lock()
+							p.maybeRecoverLocked(ts)
+							p.mu.Unlock()
+						}
+						promise(r, err)
+						return
+					}
+					p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+				})
+				return
+			}
+			// A recovery began: back out and take the locked path.
+			if ts.inflight.Add(-1) == 0 {
+				p.mu.Lock()
+				p.maybeRecoverLocked(ts)
+				p.mu.Unlock()
+			}
+		}
+	}
+
+	pd := &pending{ctx: ctx, r: r, promise: promise}
 	p.mu.Lock()
 	for {
 		if p.closed {
@@ -200,23 +255,23 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			promise(r, fmt.Errorf("%w: %w", ErrStopped, ts.stopped))
 			return
 		}
-		pd.seq = ts.seq
 		if cause, ok := ts.quarantined[string(r.Key)]; ok && r.Key != nil && !ts.recovering && len(ts.held) == 0 {
-			ts.seq++
+			pd.seq = ts.seq.Add(1)
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, nil)
 			return
 		}
 		if !ts.recovering && len(ts.held) == 0 {
-			ts.seq++
-			ts.inflight++
+			pd.seq = ts.seq.Add(1)
+			ts.inflight.Add(1)
 			p.mu.Unlock()
-			p.cl.Produce(ctx, r, func(r *kgo.Record, err error) { p.finished(ts, pd, err) })
+			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(ts, pd, err) })
 			return
 		}
 		if len(ts.held) < p.cfg.maxHeld {
-			ts.seq++
+			pd.seq = ts.seq.Add(1)
 			ts.held = append(ts.held, pd)
+			p.updateSlowLocked(ts)
 			p.mu.Unlock()
 			return
 		}
@@ -236,7 +291,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 // outside recovery.
 func (p *Producer) finished(ts *topicState, pd *pending, err error) {
 	p.mu.Lock()
-	ts.inflight--
+	ts.inflight.Add(-1)
 	if err == nil || !isProduceFailure(err) || p.closed {
 		p.maybeRecoverLocked(ts)
 		p.mu.Unlock()
@@ -265,11 +320,12 @@ func isProduceFailure(err error) bool {
 // maybeRecoverLocked starts the topic's recovery once it is recovering and
 // nothing it handed to kgo is still in flight.
 func (p *Producer) maybeRecoverLocked(ts *topicState) {
-	if !ts.recovering || ts.running || ts.inflight > 0 || p.closed {
+	if !ts.recovering || ts.running || ts.inflight.Load() > 0 || p.closed {
 		ts.wakeLocked()
 		return
 	}
 	ts.running = true
+	p.updateSlowLocked(ts)
 	go p.recover(ts)
 }
 
@@ -277,22 +333,37 @@ func (p *Producer) maybeRecoverLocked(ts *topicState) {
 // diverted, dropped or failed, including records held or being recovered.
 func (p *Producer) Flush(ctx context.Context) error {
 	for {
+		// Wait out every recovery, then flush kgo. A record that fails
+		// while kgo flushes starts a recovery before its promise
+		// returns, so if none is running after the flush, we are done.
 		p.mu.Lock()
 		var wait chan struct{}
 		for _, ts := range p.topics {
-			if ts.inflight > 0 || ts.recovering || ts.running || len(ts.held) > 0 {
+			if ts.recovering || ts.running || len(ts.held) > 0 {
 				wait = ts.space
 				break
 			}
 		}
 		p.mu.Unlock()
-		if wait == nil {
-			return p.cl.Flush(ctx)
+		if wait != nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := p.cl.Flush(ctx); err != nil {
+			return err
+		}
+		p.mu.Lock()
+		busy := false
+		for _, ts := range p.topics {
+			busy = busy || ts.recovering || ts.running || len(ts.held) > 0
+		}
+		p.mu.Unlock()
+		if !busy {
+			return nil
 		}
 	}
 }
@@ -313,6 +384,7 @@ func (p *Producer) Close() {
 	for _, ts := range p.topics {
 		held = append(held, ts.held...)
 		ts.held = nil
+		p.updateSlowLocked(ts)
 		ts.wakeLocked()
 	}
 	p.mu.Unlock()
@@ -330,11 +402,11 @@ func (p *Producer) Close() {
 			failed []*pending
 		)
 		for _, ts := range p.topics {
-			if !ts.running && ts.inflight == 0 {
+			if !ts.running && ts.inflight.Load() == 0 {
 				failed = append(failed, ts.failed...)
 				ts.failed = nil
 			}
-			if ts.running || ts.inflight > 0 {
+			if ts.running || ts.inflight.Load() > 0 {
 				wait = ts.space
 			}
 		}
@@ -357,6 +429,7 @@ func (p *Producer) Resume(topic string) {
 	resumed := ts != nil && ts.stopped != nil
 	if resumed {
 		ts.stopped = nil
+		p.updateSlowLocked(ts)
 		ts.wakeLocked()
 	}
 	p.mu.Unlock()
@@ -375,6 +448,7 @@ func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 	if ts := p.topics[topic]; ts != nil {
 		if _, ok := ts.quarantined[string(key)]; ok {
 			delete(ts.quarantined, string(key))
+			p.updateSlowLocked(ts)
 			p.stats.Quarantined--
 			p.logf(kgo.LogLevelInfo, "korder: released quarantined key", "topic", topic, "key", string(key))
 		}

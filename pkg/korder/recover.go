@@ -66,6 +66,7 @@ func (p *Producer) recover(ts *topicState) {
 		p.stats.Stopped += int64(len(held))
 		p.endHoldLocked(ts)
 		ts.running = false
+		p.updateSlowLocked(ts)
 		ts.wakeLocked()
 		cause := ts.stopped
 		p.mu.Unlock()
@@ -81,7 +82,7 @@ func (p *Producer) recover(ts *topicState) {
 	for len(ts.held) > 0 && len(ts.failed) == 0 && !p.closed {
 		pd := ts.held[0]
 		ts.held = ts.held[1:]
-		ts.inflight++
+		ts.inflight.Add(1)
 		ts.wakeLocked()
 		p.mu.Unlock()
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(ts, pd, err) })
@@ -100,6 +101,7 @@ func (p *Producer) recover(ts *topicState) {
 	if len(ts.failed) == 0 {
 		p.endHoldLocked(ts)
 	}
+	p.updateSlowLocked(ts)
 	p.maybeRecoverLocked(ts)
 }
 
@@ -248,6 +250,7 @@ func (p *Producer) stop(ts *topicState, cause error, queue []*pending) {
 	p.mu.Lock()
 	ts.stopped = cause
 	p.stats.Stopped += int64(len(queue))
+	p.updateSlowLocked(ts)
 	p.mu.Unlock()
 	p.logf(kgo.LogLevelError, "korder: stopping the topic after a produce failure; call Resume to continue", "topic", ts.name, "err", cause)
 	for _, pd := range queue {
@@ -364,6 +367,7 @@ func (p *Producer) deadLetter(ts *topicState, pol Policy, pd *pending) error {
 		if _, ok := ts.quarantined[string(pd.r.Key)]; !ok {
 			ts.quarantined[string(pd.r.Key)] = pd.err
 			p.stats.Quarantined++
+			p.updateSlowLocked(ts)
 		}
 	}
 	p.mu.Unlock()

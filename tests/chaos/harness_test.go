@@ -107,7 +107,8 @@ type run struct {
 	hookEvents []hookEvent
 	wake       chan struct{} // coordinator wake-up, capacity 1
 
-	hist history
+	gates gates
+	hist  history
 }
 
 type hookEvent struct {
@@ -198,7 +199,7 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 	for range rc.partitions {
 		r.parts = append(r.parts, &partState{})
 	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithLogger(logger{r})}, rc.clientOpts()...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithLogger(logger{r}), kgo.Dialer(r.gates.dial)}, rc.clientOpts()...)
 	if rc.mode == modeFailStop {
 		opts = append(opts, failStopOpts(&failHook{r})...)
 	}

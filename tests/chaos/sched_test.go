@@ -20,7 +20,7 @@ type scheduler struct {
 	schedule []string
 	n        int
 	handles  []*kfake.FaultHandle
-	releases []chan struct{}
+	releases []func()
 	timed    map[int][]func()
 	stopped  atomic.Bool
 }
@@ -77,19 +77,14 @@ func (s *scheduler) inject() {
 		})
 		s.handles = append(s.handles, h)
 		s.after(ticks, func() { h.Remove(); s.note("removed NOT_ENOUGH_REPLICAS on partition %d", p) })
-	case 5: // hold the next produce request for a while
+	case 5: // hold a broker's responses for a while
 		ticks := 1 + ch.intn(5)
-		rel := make(chan struct{})
-		s.releases = append(s.releases, rel)
-		s.note("delay the next produce request for %d ticks", ticks)
-		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			c.DropControl()
-			if !s.stopped.Load() {
-				c.SleepControl(func() { <-rel })
-			}
-			return nil, nil, false
-		})
-		s.after(ticks, func() { s.release(rel); s.note("released a delayed produce request") })
+		addrs := c.ListenAddrs()
+		addr := addrs[ch.intn(len(addrs))]
+		release := r.gates.hold(addr)
+		s.releases = append(s.releases, release)
+		s.note("delay responses from %s for %d ticks", addr, ticks)
+		s.after(ticks, func() { release(); s.note("released responses from %s", addr) })
 	case 6: // close the connection of the next produce request, unanswered
 		s.note("drop the connection of the next produce request")
 		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -120,21 +115,13 @@ func (s *scheduler) inject() {
 	}
 }
 
-func (s *scheduler) release(rel chan struct{}) {
-	select {
-	case <-rel:
-	default:
-		close(rel)
-	}
-}
-
 func (s *scheduler) stop() {
 	s.stopped.Store(true)
 	for _, h := range s.handles {
 		h.Remove()
 	}
-	for _, rel := range s.releases {
-		s.release(rel)
+	for _, release := range s.releases {
+		release()
 	}
 	s.note("stop: %d fault handles removed, %d delays released", len(s.handles), len(s.releases))
 }

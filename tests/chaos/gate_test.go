@@ -1,0 +1,114 @@
+package chaos_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// gates delays responses: while a broker address is gated, reads on the
+// producer's connections to it wait for the gate's release (or the read
+// deadline kgo set, or Close). The broker has already handled whatever it
+// was sent, so this is a response delay: "written, outcome unknown".
+//
+// This replaces kfake's ControlKey+SleepControl recipe: with several delays
+// in play, a request queued behind a slept one that sleeps itself hits a data
+// race inside kfake (bsleep.enqueue vs bsleep.waitQueue, cluster.go:1160 and
+// 1287), which -race reports.
+type gates struct {
+	mu sync.Mutex
+	m  map[string]chan struct{}
+}
+
+func (g *gates) hold(addr string) (release func()) {
+	ch := make(chan struct{})
+	g.mu.Lock()
+	if g.m == nil {
+		g.m = make(map[string]chan struct{})
+	}
+	if old := g.m[addr]; old != nil {
+		ch = old // already held: share the release
+	} else {
+		g.m[addr] = ch
+	}
+	g.mu.Unlock()
+	return func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.m[addr] == ch {
+			delete(g.m, addr)
+			close(ch)
+		}
+	}
+}
+
+func (g *gates) get(addr string) chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.m[addr]
+}
+
+func (g *gates) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	return &gateConn{Conn: conn, g: g, addr: host, closed: make(chan struct{})}, nil
+}
+
+type gateConn struct {
+	net.Conn
+	g    *gates
+	addr string
+
+	mu        sync.Mutex
+	deadline  time.Time
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+func (c *gateConn) setRD(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	c.mu.Unlock()
+}
+
+func (c *gateConn) SetDeadline(t time.Time) error {
+	c.setRD(t)
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *gateConn) SetReadDeadline(t time.Time) error {
+	c.setRD(t)
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *gateConn) Close() error {
+	c.closeOnce.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+func (c *gateConn) Read(b []byte) (int, error) {
+	if gate := c.g.get(c.addr); gate != nil {
+		c.mu.Lock()
+		dl := c.deadline
+		c.mu.Unlock()
+		var expired <-chan time.Time
+		if !dl.IsZero() {
+			t := time.NewTimer(time.Until(dl))
+			defer t.Stop()
+			expired = t.C
+		}
+		select {
+		case <-gate:
+		case <-expired:
+			return 0, os.ErrDeadlineExceeded
+		case <-c.closed:
+			return 0, net.ErrClosed
+		}
+	}
+	return c.Conn.Read(b)
+}
