@@ -30,7 +30,7 @@ func (o *outcome) line() string {
 
 // shortSeeds were picked to cover 1-3 brokers, idempotent and not, every
 // codec, and every fault kind (see TestChaosShort's log with -v).
-var shortSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+var shortSeeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 
 // TestChaosShort runs a few fixed seeds with the option on and the recovery
 // protocol, each with 400ms of producing under faults; any violation fails.

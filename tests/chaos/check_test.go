@@ -286,7 +286,7 @@ func excerpt(evs []event, v violation) []event {
 		switch {
 		case slices.Contains(v.recs, e.rec):
 		case (e.kind == evHook || e.kind == evRecover) && (e.part == v.part || e.part == -1 || e.part == -2):
-		case e.kind == evFault || e.kind == evDrop && e.part == v.part:
+		case e.kind == evFault && (!strings.Contains(e.msg, "partition ") || strings.Contains(e.msg, fmt.Sprintf("partition %d ", v.part)) || strings.HasSuffix(e.msg, fmt.Sprintf("partition %d", v.part))):
 		default:
 			continue
 		}
@@ -306,7 +306,11 @@ func (o *outcome) report(hist *history, dir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "CHAOS VIOLATION: %d violations\n  config: %v\n  reproduce: CHAOS_SEED=%d go test -race -run 'TestChaosSeed' ./tests/chaos (mode %s)\n", len(o.viol), o.rc, o.rc.seed, o.rc.mode)
 	fmt.Fprintf(&b, "  fault schedule (%d):\n", len(o.faults))
-	for _, f := range o.faults {
+	for i, f := range o.faults {
+		if i == 40 {
+			fmt.Fprintf(&b, "    ... %d more in the history file\n", len(o.faults)-i)
+			break
+		}
 		fmt.Fprintf(&b, "    %s\n", f)
 	}
 	evs := hist.snapshot()

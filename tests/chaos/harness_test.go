@@ -434,6 +434,7 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		r.hist.add(evPromise, rr, a, rr.part, fmt.Sprintf("ok offset=%d", kr.Offset))
 		rr.state = recOK
 		r.resolveLocked(rr)
+		r.maybeWakeLocked(ps)
 		return
 	}
 	r.hist.add(evPromise, rr, a, rr.part, fmt.Sprintf("failed: %v", err))
@@ -459,9 +460,15 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		// in flight for the partition has finished.
 		ps.failed = true
 		ps.failures = append(ps.failures, rr)
-		if ps.inflight == 0 || r.topicFailed {
-			r.signal()
-		}
+		r.maybeWakeLocked(ps)
+	}
+}
+
+// maybeWakeLocked wakes the coordinator if a promise may have made a failed
+// partition (or the failed topic) ready to recover.
+func (r *run) maybeWakeLocked(ps *partState) {
+	if r.rc.mode == modeFailStop && (ps.failed && ps.inflight == 0 || r.topicFailed) {
+		r.signal()
 	}
 }
 
