@@ -58,6 +58,10 @@ test-ours: ## Our own tests (pkg/, tests/), with -race, against the patched tree
 	go test -race -count=1 -timeout 10m ./...
 	cd tests/consumer && GOWORK=off go test -race -count=1 -timeout 5m ./...
 
+.PHONY: chaos
+chaos: ## Seeded chaos runs for CHAOS_SECONDS (default 60) on the patched tree and the pristine baseline.
+	@bash tests/chaos.sh
+
 .PHONY: upstream-pr
 upstream-pr: ## Write dist/upstream-pr/: the series stripped of downstream metadata, PR.md, v1.22.x compatibility.
 	@bash upstream/upstream-pr.sh

@@ -1,3 +1,26 @@
+// Package chaos_test is a seeded chaos harness for FailPartitionOnProduceFailure.
+//
+// A run (runChaos) starts a kfake cluster and one producing client from a
+// runConfig derived from a seed: 1-3 brokers, 1-16 partitions, 1-4 producer
+// goroutines producing keyed records (ManualPartitioner, key -> partition)
+// whose value carries (record id, producer, key, per-key sequence,
+// per-partition sequence), idempotent or not (1 in flight), a codec, linger,
+// RecordRetries, sometimes RecordDeliveryTimeout and short request timeouts.
+// A ticker-driven scheduler draws a fault per tick from the seed (or the
+// fuzzer's bytes): broker errors for N requests, NOT_ENOUGH_REPLICAS for a
+// while, held responses, dropped connections, leader moves, canceled record
+// contexts. After the producing phase the faults are removed, every record is
+// driven to success or to "dropped and reported", Flush and Close must
+// return, and a separate consumer reads every partition back for the checker
+// (check_test.go): per-stream order of first copies, no loss, acknowledged
+// offsets, promises called exactly once, the fail-stop guarantee itself (no
+// record handed to kgo after a failed one is written before the next
+// recovery), and no goroutine leak.
+//
+// modeFailStop runs the option with the recovery protocol of harness_test.go;
+// modeNaive runs the option off and re-produces failures from their promise:
+// the baseline, which must show violations (also on pristine v1.22.3, built
+// with -tags pristine, see tests/chaos.sh).
 package chaos_test
 
 import (
@@ -24,8 +47,8 @@ func outDir(t testing.TB) string {
 }
 
 func (o *outcome) line() string {
-	return fmt.Sprintf("%-8s seed=%-6d recs=%-5d written=%-5d dup=%-3d dropped=%-3d lost=%d unfinished=%d recoveries=%-3d documented=%d violations=%d faults=%d %v | %v",
-		o.rc.mode, o.rc.seed, o.records, o.written, o.duplicates, o.dropped, o.lost, o.unfinished, o.recoveries, o.documented, len(o.viol), len(o.faults), o.elapsed.Truncate(time.Millisecond), o.rc)
+	return fmt.Sprintf("%-8s seed=%-6d recs=%-5d written=%-5d dup=%-3d dropped=%-3d lost=%d unfinished=%d failed=%-4d rejected=%-4d hooks=%-3d recoveries=%-3d documented=%d violations=%d faults=%d %v | %v",
+		o.rc.mode, o.rc.seed, o.records, o.written, o.duplicates, o.dropped, o.lost, o.unfinished, o.hardFails, o.rejected, o.hooks, o.recoveries, o.documented, len(o.viol), len(o.faults), o.elapsed.Truncate(time.Millisecond), o.rc)
 }
 
 // shortSeeds were picked to cover 1-3 brokers, idempotent and not, every
@@ -48,7 +71,8 @@ func TestChaosShort(t *testing.T) {
 }
 
 // TestChaosSeed reproduces one run: CHAOS_SEED, CHAOS_MODE (failstop or
-// naive), CHAOS_LONG=1 for the 2-5s producing phase of TestChaos.
+// naive), CHAOS_LONG=1 for the 2-5s producing phase of TestChaos, CHAOS_KEEP=1
+// to write the history even without a violation (to CHAOS_OUT).
 func TestChaosSeed(t *testing.T) {
 	s := os.Getenv("CHAOS_SEED")
 	if s == "" {
@@ -64,6 +88,12 @@ func TestChaosSeed(t *testing.T) {
 	}
 	o := runChaos(newConfig(seed, m, os.Getenv("CHAOS_LONG") == "1"), nil)
 	t.Log(o.line())
+	for _, f := range o.faults {
+		t.Log("  " + f)
+	}
+	if os.Getenv("CHAOS_KEEP") != "" && len(o.viol) == 0 {
+		t.Log(o.report(o.hist, outDir(t)))
+	}
 	if len(o.viol) > 0 {
 		t.Error(o.report(o.hist, outDir(t)))
 	}

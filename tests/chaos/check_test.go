@@ -142,6 +142,7 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 			rr := r.recs[id]
 			if seen[id] {
 				out.duplicates++
+				r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: duplicate copy at offset %d (copies at %v)", kr.Offset, occs[id]))
 				continue
 			}
 			seen[id] = true

@@ -20,6 +20,10 @@ import (
 type gates struct {
 	mu sync.Mutex
 	m  map[string]chan struct{}
+
+	// expired, if set, is signaled (without blocking) when a gated read
+	// gives up at its deadline.
+	expired chan struct{}
 }
 
 func (g *gates) hold(addr string) (release func()) {
@@ -105,6 +109,12 @@ func (c *gateConn) Read(b []byte) (int, error) {
 		select {
 		case <-gate:
 		case <-expired:
+			if c.g.expired != nil {
+				select {
+				case c.g.expired <- struct{}{}:
+				default:
+				}
+			}
 			return 0, os.ErrDeadlineExceeded
 		case <-c.closed:
 			return 0, net.ErrClosed

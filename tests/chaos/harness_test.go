@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -93,6 +94,9 @@ type run struct {
 	promisesIn  chan struct{} // signaled whenever outstanding drops to 0 while closing
 	tokens      []chan struct{}
 	recoveries  int
+	rejected    int // promises failed with ErrProducePartitionFailed
+	hardFails   int // promises failed with anything else
+	hooks       atomic.Int64
 
 	violMu sync.Mutex
 	viol   []violation
@@ -124,6 +128,7 @@ type failHook struct{ r *run }
 
 func (h *failHook) OnProducePartitionFailed(topic string, partition int32, err error) {
 	r := h.r
+	r.hooks.Add(1)
 	r.hist.add(evHook, nil, nil, partition, fmt.Sprintf("OnProducePartitionFailed(%s, %d, %v)", topic, partition, err))
 	r.hookMu.Lock()
 	r.hookEvents = append(r.hookEvents, hookEvent{topic, partition, err})
@@ -156,6 +161,9 @@ type outcome struct {
 	lost       int
 	unfinished int // attempts whose promise never came
 	recoveries int
+	rejected   int // promises failed with ErrProducePartitionFailed
+	hardFails  int // promises failed with another error
+	hooks      int // HookProducePartitionFailed calls
 	documented int // reorders of "maybe written" records (non-idempotent, documented)
 	viol       []violation
 	faults     []string
@@ -325,6 +333,7 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 
 	r.mu.Lock()
 	out.recoveries = r.recoveries
+	out.rejected, out.hardFails, out.hooks = r.rejected, r.hardFails, int(r.hooks.Load())
 	r.mu.Unlock()
 	r.violMu.Lock()
 	out.viol = slices.Clone(r.viol)
@@ -438,8 +447,11 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		return
 	}
 	r.hist.add(evPromise, rr, a, rr.part, fmt.Sprintf("failed: %v", err))
-	if !isPartitionFailed(err) {
+	if isPartitionFailed(err) {
+		r.rejected++
+	} else {
 		rr.hard++
+		r.hardFails++
 	}
 	if r.closing {
 		rr.state = recDropped
