@@ -34,15 +34,7 @@ patched=$(grep -E '^chaos: runs=' "$work/patched" || true)
 
 echo
 echo "chaos.sh: pristine franz-go v1.22.3 (baseline only, -tags pristine), ${secs}s, seeds from $CHAOS_SEED"
-bash "$root/upstream/patchset.sh" pristine "$work/franz-go" 2>/dev/null
-cat >"$work/go.work" <<EOW
-go 1.26.0
-
-use (
-	$root
-	$work/franz-go
-)
-EOW
+bash "$root/upstream/patchset.sh" pristine "$work" 2>/dev/null
 if ! (cd "$root" && GOWORK="$work/go.work" go test -race -count=1 -v -tags pristine -run 'TestChaos$' -timeout "$timeout" ./tests/chaos >"$work/pristine" 2>&1); then
 	echo "chaos.sh: FAIL: the pristine baseline run failed:" >&2
 	tail -30 "$work/pristine" >&2

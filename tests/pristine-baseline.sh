@@ -12,15 +12,7 @@ run=${BASELINE_RUN:-TestInvariantInvalidRecord}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-bash "$root/upstream/patchset.sh" pristine "$work/franz-go"
-cat >"$work/go.work" <<EOW
-go 1.26.0
-
-use (
-	$root
-	$work/franz-go
-)
-EOW
+bash "$root/upstream/patchset.sh" pristine "$work"
 echo "pristine-baseline: go test -tags pristine -run '$run' ./tests/failstop (against pristine v1.22.3; must fail)"
 if (cd "$root" && GOWORK="$work/go.work" go test -race -count=1 -tags pristine -run "$run" ./tests/failstop >"$work/out" 2>&1); then
 	cat "$work/out"

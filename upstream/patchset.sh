@@ -221,14 +221,23 @@ cmd_check() {
 	return $rc
 }
 
-# cmd_pristine DEST: materialize pristine upstream (no patches) into DEST,
-# for tests that must fail there.
+# cmd_pristine DEST: materialize pristine upstream (no patches) into
+# DEST/franz-go, and write DEST/go.work using this repository and that tree,
+# for tests that must fail on pristine upstream (GOWORK=DEST/go.work).
 cmd_pristine() {
 	[ -n "${1:-}" ] || die "usage: patchset.sh pristine DEST"
 	local dir
 	download dir
-	materialize "$dir" "$1" 0
-	say "$1 is pristine $module $version"
+	materialize "$dir" "$1/franz-go" 0
+	cat >"$1/go.work" <<EOW
+go 1.26.0
+
+use (
+	$root
+	$1/franz-go
+)
+EOW
+	say "$1/franz-go is pristine $module $version; use GOWORK=$1/go.work"
 }
 
 case "${1:-}" in
