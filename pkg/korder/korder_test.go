@@ -494,3 +494,41 @@ func TestNewProducerValidates(t *testing.T) {
 		t.Error("NewProducer accepted a configuration kgo's fail-stop refuses")
 	}
 }
+
+// A broker refusing writes long enough for the delivery timeout to run out,
+// then back: Retry produces the timed out records again, and they must not
+// time out at once for being old (kgo measures the delivery timeout from
+// Produce, not from the record's Timestamp). Everything is written once, in
+// order.
+func TestRetryAfterDeliveryTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1})
+	p := newProducer(t, c,
+		[]kgo.Opt{kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(10 * time.Millisecond)},
+		korder.WithPolicies(korder.Retry(1000, 20*time.Millisecond), korder.Stop()),
+	)
+
+	ps := newPromises()
+	var exp []string
+	for i := range 5 {
+		r := rec(0, "k", i)
+		exp = append(exp, string(r.Value))
+		p.Produce(ctx, r, ps.fn())
+	}
+	// The broker stays down across several delivery timeouts and retries.
+	if err := h.Wait(ctx, 150); err != nil {
+		t.Fatal(err)
+	}
+	if s := p.Stats(); s.Failures == 0 {
+		t.Fatalf("stats %+v: no failure while the broker was down", s)
+	}
+	h.Remove()
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if err != nil {
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, exp)
+}
