@@ -116,12 +116,7 @@ func TestInvariantPipelined(t *testing.T) {
 		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), orig, kerr.InvalidRecord)
 		checkLog(ctx, t, c, topic, 0, seqRange(0, 3))
 
-		cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
-		produceOK(ctx, t, cl, recs(topic, 0, 3, 10)...)
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 10))
-		if evs := h.snapshot(); len(evs) != 1 {
-			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-		}
+		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 3, 10)
 	})
 }
 
@@ -203,12 +198,7 @@ func TestCanceledContext(t *testing.T) {
 		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 6))), orig, context.Canceled)
 		checkLog(ctx, t, c, topic, 0, []int{0})
 
-		cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
-		produceOK(ctx, t, cl, recs(topic, 0, 1, 7)...)
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 7))
-		if evs := h.snapshot(); len(evs) != 1 {
-			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-		}
+		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 1, 7)
 	})
 }
 
@@ -265,12 +255,7 @@ func TestBlockedProduceCanceled(t *testing.T) {
 
 		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
 		checkLog(ctx, t, c, topic, 0, []int{0, 1})
-		cl.RecoverProducePartitions(map[string][]int32{topic: {-1}})
-		produceOK(ctx, t, cl, recs(topic, 0, 2, 5)...)
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
-		if evs := h.snapshot(); len(evs) != 1 {
-			t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-		}
+		recoverAndReproduce(ctx, t, cl, c, h, topic, -1, 2, 5)
 	})
 }
 
@@ -379,9 +364,7 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 		flushOK(try(recs(topic, 0, seq, min(seq+2, failSeq+3))...))
 	}
 	checkLog(ctx, t, c, topic, 0, seqRange(0, failSeq+3))
-	if evs := h.snapshot(); len(evs) != 1 {
-		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-	}
+	checkHookOnce(t, h)
 }
 
 // TestUnknownTopicFailsTopic: records for a topic that does not exist fail
@@ -438,12 +421,7 @@ func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
 		t.Fatalf("%s/0 high watermark %d while failed, want 0", u, hwm)
 	}
 
-	cl.RecoverProducePartitions(map[string][]int32{u: {-1}})
-	produceOK(ctx, t, cl, recs(u, 0, 0, 7)...)
-	checkLog(ctx, t, c, u, 0, seqRange(0, 7))
-	if evs := h.snapshot(); len(evs) != 1 {
-		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-	}
+	recoverAndReproduce(ctx, t, cl, c, h, u, -1, 0, 7)
 }
 
 // TestTransaction: a partition fails inside a transaction; TryCommit is
@@ -508,9 +486,7 @@ func TestTransaction(t *testing.T) {
 	if got, want := seqs(readLog(ctx, t, c, topic, 0, kgo.ReadUncommitted(), last)), append(seqRange(0, 3), seqRange(0, 8)...); !slices.Equal(got, want) {
 		t.Fatalf("read_uncommitted sees %v, want %v", got, want)
 	}
-	if evs := h.snapshot(); len(evs) != 1 {
-		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-	}
+	checkHookOnce(t, h)
 }
 
 // TestHookReenters: the hook produces to the failed partition (rejected) and
@@ -595,9 +571,7 @@ func TestHookReenters(t *testing.T) {
 				// Recovered from inside the hook: records flow again.
 				produceOK(ctx, t, cl, rec(topic, 0, 2))
 				checkLog(ctx, t, c, topic, 0, []int{0, 2})
-				if evs := h.snapshot(); len(evs) != 1 {
-					t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
-				}
+				checkHookOnce(t, h)
 			})
 		})
 	}
@@ -800,5 +774,23 @@ func TestNewClientRejectsUnsafe(t *testing.T) {
 				t.Fatalf("with the option: err = %v, want an error mentioning FailPartitionOnProduceFailure", err)
 			}
 		})
+	}
+}
+
+// recoverAndReproduce recovers tp's partition (-1: the topic), produces the
+// records [from, to) of partition 0 again, in order, and checks that the log
+// then holds [0, to) and that the hook ran exactly once.
+func recoverAndReproduce(ctx context.Context, t *testing.T, cl *kgo.Client, c *kfake.Cluster, h *failHook, tp string, partition int32, from, to int) {
+	t.Helper()
+	cl.RecoverProducePartitions(map[string][]int32{tp: {partition}})
+	produceOK(ctx, t, cl, recs(tp, 0, from, to)...)
+	checkLog(ctx, t, c, tp, 0, seqRange(0, to))
+	checkHookOnce(t, h)
+}
+
+func checkHookOnce(t *testing.T, h *failHook) {
+	t.Helper()
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
 	}
 }
