@@ -532,3 +532,41 @@ func TestRetryAfterDeliveryTimeout(t *testing.T) {
 	}
 	expectLog(ctx, t, c, topic, 0, exp)
 }
+
+// A dead-letter topic that cannot be written: DeadLetter passes the record
+// on to the next policy (here Drop), and the rest of the partition still
+// continues in order.
+func TestDeadLetterUnavailableFallsThrough(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	poison(c)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlq, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.DeadLetter(dlq), korder.Drop()))
+
+	ps := newPromises()
+	var exp []string
+	for i := range 4 {
+		r := rec(0, "k", i)
+		if i == 1 {
+			r.Value = []byte("POISON")
+		} else {
+			exp = append(exp, string(r.Value))
+		}
+		p.Produce(ctx, r, ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if string(r.Value) == "POISON" {
+			if !errors.Is(err, korder.ErrDropped) || errors.Is(err, korder.ErrDeadLettered) {
+				t.Errorf("poison record got %v, expected ErrDropped", err)
+			}
+		} else if err != nil {
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, exp)
+	expectLog(ctx, t, c, dlq, 0, nil)
+	if s := p.Stats(); s.Dropped != 1 || s.DeadLettered != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
