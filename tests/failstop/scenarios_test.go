@@ -74,21 +74,7 @@ func TestInvariantPipelined(t *testing.T) {
 			<-writes
 		}
 
-		held, release := make(chan struct{}), make(chan struct{})
-		var releaseOnce sync.Once
-		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
-		t.Cleanup(doRelease)
-		first := true
-		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			if !first {
-				c.DropControl()
-				return nil, nil, false
-			}
-			first = false
-			close(held)
-			c.SleepControl(func() { <-release })
-			return nil, nil, false
-		})
+		held, doRelease := holdFirstProduce(t, c)
 		faultProduce(kerr.InvalidRecord, 0)(c)
 
 		waveCh := produceAsync(ctx, cl, rec(topic, 0, 3))
@@ -149,21 +135,7 @@ func TestCanceledContext(t *testing.T) {
 		c := newCluster(t, 1, topic)
 
 		// Hold the first produce request (seq 0) until release.
-		held, release := make(chan struct{}), make(chan struct{})
-		var releaseOnce sync.Once
-		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
-		t.Cleanup(doRelease)
-		first := true
-		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			if !first {
-				c.DropControl()
-				return nil, nil, false
-			}
-			first = false // control functions run serially
-			close(held)
-			c.SleepControl(func() { <-release })
-			return nil, nil, false // then answer normally
-		})
+		held, doRelease := holdFirstProduce(t, c)
 
 		h := newFailHook()
 		cl := newClient(t, c, append(append([]kgo.Opt{
@@ -216,21 +188,7 @@ func TestBlockedProduceCanceled(t *testing.T) {
 		}, opts...), failStopOpts(h)...)...)
 		produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
 
-		held, release := make(chan struct{}), make(chan struct{})
-		var releaseOnce sync.Once
-		doRelease := func() { releaseOnce.Do(func() { close(release) }) }
-		t.Cleanup(doRelease)
-		first := true
-		c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-			if !first {
-				c.DropControl()
-				return nil, nil, false
-			}
-			first = false
-			close(held)
-			c.SleepControl(func() { <-release })
-			return nil, nil, false
-		})
+		held, doRelease := holdFirstProduce(t, c)
 
 		ch1 := produceAsync(ctx, cl, rec(topic, 0, 1))
 		select {
@@ -793,4 +751,27 @@ func checkHookOnce(t *testing.T, h *failHook) {
 	if evs := h.snapshot(); len(evs) != 1 {
 		t.Fatalf("hook called %d times (%v), want once", len(evs), evs)
 	}
+}
+
+// holdFirstProduce holds the next produce request the cluster receives
+// until the returned release is called (at the latest, at cleanup); held is
+// closed once the request is held. Later requests are answered normally.
+func holdFirstProduce(t *testing.T, c *kfake.Cluster) (held <-chan struct{}, release func()) {
+	t.Helper()
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	t.Cleanup(release)
+	first := true
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !first {
+			c.DropControl()
+			return nil, nil, false
+		}
+		first = false // control functions run serially
+		close(heldc)
+		c.SleepControl(func() { <-releasec })
+		return nil, nil, false // then answer normally
+	})
+	return heldc, release
 }
