@@ -322,16 +322,7 @@ func TestDrop(t *testing.T) {
 	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.Drop()))
 
 	ps := newPromises()
-	var exp []string
-	for i := range 6 {
-		r := rec(0, "k", i)
-		if i == 2 {
-			r.Value = []byte("POISON")
-		} else {
-			exp = append(exp, string(r.Value))
-		}
-		p.Produce(ctx, r, ps.fn())
-	}
+	exp := producePoisoned(ctx, p, ps, 6, 2)
 	ps.wait(ctx, t)
 	dropped := 0
 	for r, err := range ps.check(t) {
@@ -544,16 +535,7 @@ func TestDeadLetterUnavailableFallsThrough(t *testing.T) {
 	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.DeadLetter(dlq), korder.Drop()))
 
 	ps := newPromises()
-	var exp []string
-	for i := range 4 {
-		r := rec(0, "k", i)
-		if i == 1 {
-			r.Value = []byte("POISON")
-		} else {
-			exp = append(exp, string(r.Value))
-		}
-		p.Produce(ctx, r, ps.fn())
-	}
+	exp := producePoisoned(ctx, p, ps, 4, 1)
 	ps.wait(ctx, t)
 	for r, err := range ps.check(t) {
 		if string(r.Value) == "POISON" {
@@ -569,4 +551,20 @@ func TestDeadLetterUnavailableFallsThrough(t *testing.T) {
 	if s := p.Stats(); s.Dropped != 1 || s.DeadLettered != 0 {
 		t.Errorf("stats %+v", s)
 	}
+}
+
+// producePoisoned produces n records with key k to partition 0, the one at
+// index at with the value POISON, and returns the values of the others.
+func producePoisoned(ctx context.Context, p *korder.Producer, ps *promises, n, at int) []string {
+	var exp []string
+	for i := range n {
+		r := rec(0, "k", i)
+		if i == at {
+			r.Value = []byte("POISON")
+		} else {
+			exp = append(exp, string(r.Value))
+		}
+		p.Produce(ctx, r, ps.fn())
+	}
+	return exp
 }
