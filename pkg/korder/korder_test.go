@@ -267,21 +267,50 @@ func TestIsolateDeadLetter(t *testing.T) {
 
 // Key quarantine: once a record with key K is dead-lettered, later records
 // with K go to the dead-letter topic too; other keys continue; releasing
-// the quarantine lets K through again.
+// the quarantine lets K through again. Later records are produced either
+// after the recovery or while it runs (from the poison record's promise, so
+// that they are held and released by the recovery).
 func TestQuarantineKeys(t *testing.T) {
+	for _, during := range []bool{false, true} {
+		t.Run(map[bool]string{false: "after", true: "during"}[during], func(t *testing.T) {
+			testQuarantineKeys(t, during)
+		})
+	}
+}
+
+func testQuarantineKeys(t *testing.T, during bool) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1)
 	poison(c)
 	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.DeadLetter(dlq).QuarantineKeys()))
 
 	ps := newPromises()
-	bad := &kgo.Record{Topic: topic, Key: []byte("K"), Value: []byte("POISON")}
-	p.Produce(ctx, bad, ps.fn())
-	ps.wait(ctx, t)
-
 	later := []*kgo.Record{rec(0, "K", 1), rec(0, "other", 1), rec(0, "K", 2)}
-	for _, r := range later {
-		p.Produce(ctx, r, ps.fn())
+	fns := make([]func(*kgo.Record, error), len(later))
+	for i := range later {
+		fns[i] = ps.fn()
+	}
+	produceLater := func() {
+		for i, r := range later {
+			p.Produce(ctx, r, fns[i])
+		}
+	}
+	bad := &kgo.Record{Topic: topic, Key: []byte("K"), Value: []byte("POISON")}
+	badDone, badc := ps.fn(), make(chan struct{})
+	p.Produce(ctx, bad, func(r *kgo.Record, err error) {
+		if during {
+			produceLater()
+		}
+		badDone(r, err)
+		close(badc)
+	})
+	if !during {
+		select {
+		case <-badc:
+		case <-ctx.Done():
+			t.Fatal("the poison record's promise did not run")
+		}
+		produceLater()
 	}
 	ps.wait(ctx, t)
 	for r, err := range ps.check(t) {

@@ -82,8 +82,16 @@ func (p *Producer) recover(ts *topicState) {
 	for len(ts.held) > 0 && len(ts.failed) == 0 && !p.closed {
 		pd := ts.held[0]
 		ts.held = ts.held[1:]
-		ts.inflight.Add(1)
 		ts.wakeLocked()
+		if cause, ok := ts.quarantined[string(pd.r.Key)]; ok && pd.r.Key != nil {
+			// Held while the quarantine began: divert it as Produce
+			// would have.
+			p.mu.Unlock()
+			p.deadLetterQuarantined(pd, cause, nil)
+			p.mu.Lock()
+			continue
+		}
+		ts.inflight.Add(1)
 		p.mu.Unlock()
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(ts, pd, err) })
 		p.mu.Lock()
