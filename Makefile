@@ -62,6 +62,18 @@ test-ours: ## Our own tests (pkg/, tests/), with -race, against the patched tree
 chaos: ## Seeded chaos runs for CHAOS_SECONDS (default 60) on the patched tree and the pristine baseline.
 	@bash tests/chaos.sh
 
+.PHONY: tree
+tree: # Materialize upstream/franz-go unless it already is (fresh clones).
+	@test -d $(TREE)/.git || $(MAKE) --no-print-directory patches-apply
+
+.PHONY: demo
+demo: tree ## One keyed workload, one set of failures, three ways (upstream-style, fail-stop, korder): a table.
+	@go run ./cmd/demo
+
+.PHONY: bench
+bench: tree ## Benchmarks, pristine v1.22.3 vs patched (option off, on), alternated, with benchstat tables.
+	@bash bench/bench.sh
+
 .PHONY: upstream-pr
 upstream-pr: ## Write dist/upstream-pr/: the series stripped of downstream metadata, PR.md, v1.22.x compatibility.
 	@bash upstream/upstream-pr.sh
