@@ -69,6 +69,8 @@ type Producer struct {
 	// fast is a copy-on-write snapshot of topics for the lock-free
 	// Produce path; topics changes only when a topic is first seen.
 	fast atomic.Pointer[map[string]*topicState]
+	last atomic.Pointer[topicState] // the last topic fastTopic found
+	recs sync.Pool                  // *fastRec
 
 	mu     sync.Mutex
 	topics map[string]*topicState
@@ -120,6 +122,11 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:    defaultConfig(),
 		topics: make(map[string]*topicState),
+	}
+	p.recs.New = func() any {
+		fr := &fastRec{p: p}
+		fr.done = fr.finish
+		return fr
 	}
 	for _, o := range opts {
 		o(&p.cfg)
@@ -213,31 +220,19 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	}
 
 	// The fast path: nothing is wrong with the topic.
-	if fast := p.fast.Load(); fast != nil {
-		if ts := (*fast)[r.Topic]; ts != nil && !ts.slow.Load() {
-			ts.inflight.Add(1)
-			if !ts.slow.Load() {
-				seq := ts.seq.Add(1)
-				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-					if err == nil || !isProduceFailure(err) {
-						if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
-							p.mu.Lock()
-							p.maybeRecoverLocked(ts)
-							p.mu.Unlock()
-						}
-						promise(r, err)
-						return
-					}
-					p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
-				})
-				return
-			}
-			// A recovery began: back out and take the locked path.
-			if ts.inflight.Add(-1) == 0 {
-				p.mu.Lock()
-				p.maybeRecoverLocked(ts)
-				p.mu.Unlock()
-			}
+	if ts := p.fastTopic(r.Topic); ts != nil && !ts.slow.Load() {
+		ts.inflight.Add(1)
+		if !ts.slow.Load() {
+			fr := p.recs.Get().(*fastRec)
+			fr.ts, fr.seq, fr.ctx, fr.promise = ts, ts.seq.Add(1), ctx, promise
+			p.cl.Produce(ctx, r, fr.done)
+			return
+		}
+		// A recovery began: back out and take the locked path.
+		if ts.inflight.Add(-1) == 0 {
+			p.mu.Lock()
+			p.maybeRecoverLocked(ts)
+			p.mu.Unlock()
 		}
 	}
 
@@ -285,6 +280,52 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		}
 		p.mu.Lock()
 	}
+}
+
+// fastTopic returns the topic's state for the lock-free path, or nil if
+// the topic was never seen. The last topic looked up is cached, which saves
+// the map lookup when one topic is produced to at a time.
+func (p *Producer) fastTopic(topic string) *topicState {
+	if ts := p.last.Load(); ts != nil && ts.name == topic {
+		return ts
+	}
+	fast := p.fast.Load()
+	if fast == nil {
+		return nil
+	}
+	ts := (*fast)[topic]
+	if ts != nil {
+		p.last.Store(ts)
+	}
+	return ts
+}
+
+// fastRec carries a record produced on the lock-free path to its kgo
+// promise. Producer.recs pools them, with the promise bound once, so that
+// the path allocates nothing of its own.
+type fastRec struct {
+	p       *Producer // fixed
+	ts      *topicState
+	seq     uint64
+	ctx     context.Context
+	promise func(*kgo.Record, error)
+	done    func(*kgo.Record, error) // fr.finish
+}
+
+func (fr *fastRec) finish(r *kgo.Record, err error) {
+	p, ts, seq, ctx, promise := fr.p, fr.ts, fr.seq, fr.ctx, fr.promise
+	fr.ts, fr.ctx, fr.promise = nil, nil, nil
+	p.recs.Put(fr)
+	if err == nil || !isProduceFailure(err) {
+		if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
+			p.mu.Lock()
+			p.maybeRecoverLocked(ts)
+			p.mu.Unlock()
+		}
+		promise(r, err)
+		return
+	}
+	p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
 }
 
 // finished is the kgo promise of every record the Producer hands to kgo
