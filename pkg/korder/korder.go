@@ -57,7 +57,11 @@ var (
 	ErrStopped = errors.New("korder: topic stopped after a produce failure")
 
 	// ErrClosed is the error a record's promise gets if the Producer is
-	// closed before the record could be produced.
+	// closed before the record could be produced. As with
+	// kgo.ErrClientClosed, which it then wraps, a record whose produce
+	// request was in flight when the Producer closed may have been written
+	// anyway (to its topic, or to the dead-letter topic): the outcome of a
+	// request in flight at Close is unknown.
 	ErrClosed = errors.New("korder: producer closed")
 )
 
@@ -245,9 +249,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		ts := p.topicLocked(r.Topic)
-		if ts.stopped != nil {
+		if cause := ts.stopped; cause != nil {
 			p.mu.Unlock()
-			promise(r, fmt.Errorf("%w: %w", ErrStopped, ts.stopped))
+			promise(r, fmt.Errorf("%w: %w", ErrStopped, cause))
 			return
 		}
 		if cause, ok := ts.quarantined[string(r.Key)]; ok && r.Key != nil && !ts.recovering && len(ts.held) == 0 {
@@ -322,7 +326,7 @@ func (fr *fastRec) finish(r *kgo.Record, err error) {
 			p.maybeRecoverLocked(ts)
 			p.mu.Unlock()
 		}
-		promise(r, err)
+		promise(r, closedErr(err))
 		return
 	}
 	p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
@@ -334,9 +338,12 @@ func (p *Producer) finished(ts *topicState, pd *pending, err error) {
 	p.mu.Lock()
 	ts.inflight.Add(-1)
 	if err == nil || !isProduceFailure(err) || p.closed {
+		if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		}
 		p.maybeRecoverLocked(ts)
 		p.mu.Unlock()
-		pd.promise(pd.r, err)
+		pd.promise(pd.r, closedErr(err))
 		return
 	}
 	pd.err = err
@@ -344,6 +351,15 @@ func (p *Producer) finished(ts *topicState, pd *pending, err error) {
 	p.beginRecoveryLocked(ts)
 	p.maybeRecoverLocked(ts)
 	p.mu.Unlock()
+}
+
+// closedErr wraps kgo.ErrClientClosed, which the Producer's own Close
+// causes, in ErrClosed.
+func closedErr(err error) error {
+	if errors.Is(err, kgo.ErrClientClosed) && !errors.Is(err, ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 // isProduceFailure returns whether err is a produce failure that the

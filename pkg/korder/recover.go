@@ -246,6 +246,12 @@ func (p *Producer) resolve(ts *topicState, queue []*pending) {
 			}
 		}
 		if stop {
+			if p.isClosed() {
+				// A policy failed because the Producer is
+				// closing: the loop's head fails the queue with
+				// ErrClosed rather than stopping the topic.
+				continue
+			}
 			p.stop(ts, pd.err, queue)
 			return
 		}
@@ -262,7 +268,13 @@ func (p *Producer) stop(ts *topicState, cause error, queue []*pending) {
 	p.mu.Unlock()
 	p.logf(kgo.LogLevelError, "korder: stopping the topic after a produce failure; call Resume to continue", "topic", ts.name, "err", cause)
 	for _, pd := range queue {
-		pd.promise(pd.r, fmt.Errorf("%w: %w", ErrStopped, cause))
+		// A record that failed on its own reports its own error;
+		// one that was only rejected behind another, the stop's.
+		err := cause
+		if pd.err != nil && !errors.Is(pd.err, kgo.ErrProducePartitionFailed) {
+			err = pd.err
+		}
+		pd.promise(pd.r, fmt.Errorf("%w: %w", ErrStopped, err))
 	}
 }
 

@@ -1,0 +1,539 @@
+package korder_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
+)
+
+// The policy matrix: every scenario below runs under every policy set, and
+// every run is checked record by record against the guarantee (checkRun).
+
+type matrixPolicy struct {
+	name     string
+	policies []korder.Policy
+	// poisonFate is the sentinel the promise of a record that always
+	// fails (INVALID_RECORD) must wrap.
+	poisonFate error
+	// stops is whether a failure that the policies do not absorb stops
+	// the topic, failing every later record.
+	stops bool
+	// quarantines is whether later records with the poison record's key
+	// are diverted too.
+	quarantines bool
+}
+
+var matrixPolicies = []matrixPolicy{
+	{name: "Retry", policies: []korder.Policy{korder.Retry(5, 2*time.Millisecond), korder.Stop()}, poisonFate: korder.ErrStopped, stops: true},
+	{name: "Isolate+DeadLetter", policies: []korder.Policy{korder.Isolate(), korder.DeadLetter(dlq)}, poisonFate: korder.ErrDeadLettered},
+	{name: "Isolate+DeadLetter.QuarantineKeys", policies: []korder.Policy{korder.Isolate(), korder.DeadLetter(dlq).QuarantineKeys()}, poisonFate: korder.ErrDeadLettered, quarantines: true},
+	{name: "Isolate+Drop", policies: []korder.Policy{korder.Isolate(), korder.Drop()}, poisonFate: korder.ErrDropped},
+	{name: "Retry+Isolate+DeadLetter", policies: []korder.Policy{korder.Retry(5, 2*time.Millisecond), korder.Isolate(), korder.DeadLetter(dlq)}, poisonFate: korder.ErrDeadLettered},
+	{name: "Stop", policies: []korder.Policy{korder.Stop()}, poisonFate: korder.ErrStopped, stops: true},
+}
+
+func forEachPolicy(t *testing.T, run func(t *testing.T, pol matrixPolicy)) {
+	for _, pol := range matrixPolicies {
+		t.Run(pol.name, func(t *testing.T) { run(t, pol) })
+	}
+}
+
+// matrixRun tracks what a scenario produced, per goroutine, in Produce
+// order. Values are "g<goroutine>-<i>"; keys are "g<goroutine>k<i%keys>".
+type matrixRun struct {
+	t  *testing.T
+	c  *kfake.Cluster
+	p  *korder.Producer
+	ps *promises
+
+	mu       sync.Mutex
+	produced [][]*kgo.Record // per goroutine
+
+	failedOnce chan struct{} // closed by the user hook on the first failure
+	onFailure  func()        // run (once) by the user hook, before the Producer's
+}
+
+const matrixPartitions = 3
+
+func newMatrixRun(t *testing.T, pol matrixPolicy, goroutines int, kopts []kgo.Opt, opts ...korder.Opt) *matrixRun {
+	return newMatrixRunOn(t, newCluster(t, matrixPartitions), pol, goroutines, kopts, opts...)
+}
+
+func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines int, kopts []kgo.Opt, opts ...korder.Opt) *matrixRun {
+	m := &matrixRun{t: t, c: c, ps: newPromises(), produced: make([][]*kgo.Record, goroutines), failedOnce: make(chan struct{})}
+	var once sync.Once
+	hook := userHook(func() {
+		once.Do(func() {
+			if m.onFailure != nil {
+				m.onFailure()
+			}
+			close(m.failedOnce)
+		})
+	})
+	// A retryable error makes kgo refresh metadata before retrying, at
+	// most once per MetadataMinAge (5s by default).
+	kopts = append([]kgo.Opt{kgo.RecordRetries(1), kgo.MetadataMinAge(10 * time.Millisecond), kgo.WithHooks(hook)}, kopts...)
+	m.p = newProducer(t, m.c, kopts, append([]korder.Opt{korder.WithPolicies(pol.policies...)}, opts...)...)
+	return m
+}
+
+// userHook is the application's own failure hook; kgo calls it before the
+// Producer's, which is registered last.
+type userHook func()
+
+func (h userHook) OnProducePartitionFailed(string, int32, error) { h() }
+
+func (m *matrixRun) rec(g, i int) *kgo.Record {
+	return &kgo.Record{
+		Topic:     topic,
+		Partition: int32(i % matrixPartitions),
+		Key:       []byte("g" + strconv.Itoa(g) + "k" + strconv.Itoa(i%4)),
+		Value:     []byte("g" + strconv.Itoa(g) + "-" + strconv.Itoa(i)),
+	}
+}
+
+// produce produces r as goroutine g's next record.
+func (m *matrixRun) produce(ctx context.Context, g int, r *kgo.Record) {
+	m.mu.Lock()
+	m.produced[g] = append(m.produced[g], r)
+	m.mu.Unlock()
+	m.p.Produce(ctx, r, m.ps.fn())
+}
+
+func (m *matrixRun) waitFailure(ctx context.Context) {
+	m.t.Helper()
+	select {
+	case <-m.failedOnce:
+	case <-ctx.Done():
+		m.t.Fatal("no produce failure was reported")
+	}
+}
+
+// checkRun waits for every promise and checks the guarantee record by
+// record: every promise ran exactly once, with nil or an error wrapping a
+// korder sentinel or a context error; each partition holds exactly the
+// records whose promise got nil, each once, in Produce order per producing
+// goroutine; and the dead-letter topic holds exactly the records whose
+// promise got ErrDeadLettered, in Produce order per goroutine, with their
+// coordinates. It returns each record's error.
+func (m *matrixRun) checkRun(ctx context.Context) map[*kgo.Record]error {
+	t := m.t
+	t.Helper()
+	m.ps.wait(ctx, t)
+	errs := m.ps.check(t)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// value -> in the topic (true) or the dead-letter topic (false); a
+	// record that failed with ErrClosed may or may not have been written
+	// (maybe), as its request may have been in flight at Close.
+	want, maybe := map[string]bool{}, map[string]bool{}
+	for _, rs := range m.produced {
+		for _, r := range rs {
+			err, ok := errs[r]
+			switch {
+			case !ok:
+				t.Errorf("record %s: promise not called", r.Value)
+			case err == nil:
+				want[string(r.Value)] = true
+			case errors.Is(err, korder.ErrDeadLettered):
+				want[string(r.Value)] = false
+			case errors.Is(err, korder.ErrClosed):
+				maybe[string(r.Value)] = true
+			case errors.Is(err, korder.ErrDropped), errors.Is(err, korder.ErrStopped),
+				errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+			default:
+				t.Errorf("record %s: error %v wraps no korder sentinel", r.Value, err)
+			}
+		}
+	}
+
+	check := func(tp string, p int32, inTopic bool) {
+		seen := map[string]bool{}
+		// Order is per producing goroutine, in the topic's partitions;
+		// in the dead-letter topic, which mixes partitions, it is per
+		// goroutine and key (what QuarantineKeys keeps in order).
+		last := map[string]int{}
+		for _, r := range readAll(ctx, t, m.c, tp, p) {
+			v := string(r.Value)
+			g, rest, _ := strings.Cut(v, "-")
+			i, _, _ := strings.Cut(rest, "-")
+			n, _ := strconv.Atoi(i)
+			if !inTopic {
+				g += "/" + string(r.Key)
+			}
+			where, ok := want[v]
+			switch {
+			case seen[v]:
+				t.Errorf("%s/%d: %s written twice", tp, p, v)
+			case maybe[v]:
+			case !ok || where != inTopic:
+				t.Errorf("%s/%d: %s written, but its promise says otherwise (%v)", tp, p, v, errsByValue(errs, v))
+			case n <= last[g] && seen[g+"*"]:
+				t.Errorf("%s/%d: %s written after %s-%d: out of order", tp, p, v, g, last[g])
+			}
+			seen[v], seen[g+"*"], last[g] = true, true, n
+			delete(want, v)
+			if !inTopic {
+				h := map[string]string{}
+				for _, hd := range r.Headers {
+					h[hd.Key] = string(hd.Value)
+				}
+				if h[korder.HeaderTopic] != topic || h[korder.HeaderCause] == "" || h[korder.HeaderPartition] != strconv.Itoa(n%matrixPartitions) {
+					t.Errorf("dead-lettered %s has headers %v", v, h)
+				}
+			}
+		}
+	}
+	for p := range int32(matrixPartitions) {
+		check(topic, p, true)
+		check(dlq, p, false)
+	}
+	for v, inTopic := range want {
+		t.Errorf("%s: promise says written (to the topic: %v), but it is not", v, inTopic)
+	}
+	return errs
+}
+
+func errsByValue(errs map[*kgo.Record]error, v string) error {
+	for r, err := range errs {
+		if string(r.Value) == v {
+			return err
+		}
+	}
+	return errors.New("no such record")
+}
+
+// checkPoison checks the fate of the poison record and that the records
+// the policy does not hold back were written.
+func (m *matrixRun) checkPoison(pol matrixPolicy, errs map[*kgo.Record]error, poisoned *kgo.Record, mayFail func(*kgo.Record) bool) {
+	t := m.t
+	t.Helper()
+	err := errs[poisoned]
+	if pol.quarantines && errors.Is(err, korder.ErrDeadLettered) {
+		// Diverted, possibly because its key was quarantined by an
+		// earlier record that failed otherwise.
+	} else if !errors.Is(err, pol.poisonFate) || !errors.Is(err, kerr.InvalidRecord) {
+		t.Errorf("poison record %s got %v, expected %v wrapping INVALID_RECORD", poisoned.Value, err, pol.poisonFate)
+	}
+	if pol.stops {
+		return
+	}
+	for r, err := range errs {
+		if r == poisoned || err == nil || (mayFail != nil && mayFail(r)) {
+			continue
+		}
+		if pol.quarantines && string(r.Key) == string(poisoned.Key) && errors.Is(err, korder.ErrDeadLettered) {
+			continue
+		}
+		t.Errorf("record %s: %v, expected it written", r.Value, err)
+	}
+}
+
+// poisonValue makes r a record that every produce of it fails with
+// INVALID_RECORD (see poison).
+func poisonValue(r *kgo.Record) *kgo.Record {
+	r.Value = append(r.Value, []byte("-POISON")...)
+	return r
+}
+
+// Records failing mid-stream on one partition while the others flow, with
+// several producing goroutines: a poison record on partition 1, and a
+// retryable error that exhausts RecordRetries on partition 2.
+func TestMatrixMidStream(t *testing.T) {
+	forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+		ctx := testCtx(t)
+		const goroutines, n = 3, 45
+		m := newMatrixRun(t, pol, goroutines, nil)
+		poison(m.c)
+		var poisoned *kgo.Record
+		var wg sync.WaitGroup
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range n {
+					r := m.rec(g, i)
+					switch {
+					case g == 0 && i == 22: // partition 1
+						poisoned = poisonValue(r)
+					case g == 1 && i == 14: // partition 2
+						m.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{2}, Err: kerr.NotEnoughReplicas, Count: 2})
+					}
+					m.produce(ctx, g, r)
+				}
+			})
+		}
+		wg.Wait()
+		errs := m.checkRun(ctx)
+		// Without Retry, the records that failed with the retryable
+		// error are diverted or dropped like the poison record.
+		retries := strings.HasPrefix(pol.name, "Retry")
+		m.checkPoison(pol, errs, poisoned, func(r *kgo.Record) bool {
+			// (QuarantineKeys then diverts their keys.)
+			return !retries && (errors.Is(errs[r], korder.ErrDeadLettered) || errors.Is(errs[r], korder.ErrDropped)) && errors.Is(errs[r], kerr.NotEnoughReplicas)
+		})
+		if pol.stops {
+			m.p.Resume(topic)
+			if err := produceSync(ctx, m.p, rec(0, "after", 0)); err != nil {
+				t.Errorf("after Resume: %v", err)
+			}
+		}
+	})
+}
+
+// A poison record in the middle of a batch: with Isolate, every other
+// record of the batch is written, in order.
+func TestMatrixPoisonMidBatch(t *testing.T) {
+	forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+		ctx := testCtx(t)
+		m := newMatrixRun(t, pol, 1, nil)
+		poison(m.c)
+		// While the first produce request is held, the next records of
+		// partition 0 gather in one batch, with the poison record in
+		// its middle.
+		held, release := m.holdFirstProduce()
+		m.produce(ctx, 0, m.rec(0, 0))
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("the first produce request was not held")
+		}
+		var poisoned *kgo.Record
+		for i := 3; i < 60; i += matrixPartitions {
+			r := m.rec(0, i)
+			if i == 30 {
+				poisoned = poisonValue(r)
+			}
+			m.produce(ctx, 0, r)
+		}
+		release()
+		errs := m.checkRun(ctx)
+		m.checkPoison(pol, errs, poisoned, nil)
+		if strings.Contains(pol.name, "Isolate") && m.p.Stats().Isolations == 0 {
+			t.Errorf("no isolation: the poison record did not share a batch (stats %+v)", m.p.Stats())
+		}
+	})
+}
+
+// A broker that answers every produce request with a retryable error for
+// long enough that the client's retries run out, then comes back.
+func TestMatrixBrokerDownThenBack(t *testing.T) {
+	forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+		ctx := testCtx(t)
+		m := newMatrixRun(t, pol, 2, nil)
+		down := m.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: -1})
+		// The broker comes back as the first failure is reported: the
+		// Producer's recovery finds it up.
+		m.onFailure = down.Remove
+		var wg sync.WaitGroup
+		for g := range 2 {
+			wg.Go(func() {
+				for i := range 30 {
+					m.produce(ctx, g, m.rec(g, i))
+				}
+			})
+		}
+		wg.Wait()
+		m.waitFailure(ctx)
+		errs := m.checkRun(ctx)
+		if strings.HasPrefix(pol.name, "Retry") {
+			for r, err := range errs {
+				if err != nil {
+					t.Errorf("record %s: %v, expected Retry to write it once the broker is back", r.Value, err)
+				}
+			}
+		}
+	})
+}
+
+// An outage during the recovery: as the first failure is reported, two
+// more produce requests fail, which hits the records the recovery produces
+// again.
+func TestMatrixOutageDuringRecovery(t *testing.T) {
+	forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+		ctx := testCtx(t)
+		m := newMatrixRun(t, pol, 1, nil)
+		poisoned := poison(m.c)
+		outage := make(chan *kfake.FaultHandle, 1)
+		m.onFailure = func() {
+			// The first fault that matches answers: the outage
+			// goes before the poison.
+			poisoned.Remove()
+			outage <- m.c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas, Count: 2})
+			poison(m.c)
+		}
+		var poisonRec *kgo.Record
+		for i := range 40 {
+			r := m.rec(0, i)
+			if i == 10 {
+				poisonRec = poisonValue(r)
+			}
+			m.produce(ctx, 0, r)
+		}
+		m.waitFailure(ctx)
+		if pol.name != "Stop" { // Stop produces nothing again
+			if err := (<-outage).Wait(ctx, 2); err != nil {
+				t.Fatalf("the outage did not hit: %v", err)
+			}
+		}
+		errs := m.checkRun(ctx)
+		retries := strings.HasPrefix(pol.name, "Retry")
+		m.checkPoison(pol, errs, poisonRec, func(r *kgo.Record) bool {
+			return !retries && errors.Is(errs[r], kerr.NotEnoughReplicas)
+		})
+	})
+}
+
+// holdFirstProduce holds the first produce request until release is
+// called; held is closed once it is held.
+func (m *matrixRun) holdFirstProduce() (held <-chan struct{}, release func()) {
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	m.t.Cleanup(release)
+	first := true
+	m.c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if !first {
+			m.c.DropControl()
+			return nil, nil, false
+		}
+		first = false // control functions run serially
+		close(heldc)
+		m.c.SleepControl(func() { <-releasec })
+		return nil, nil, false // then answer normally
+	})
+	return heldc, release
+}
+
+// holdInFlight produces a record to partition 0 of a two-broker cluster
+// and holds its produce request until release is called, then fails a
+// poison record on partition 1, led by the other broker: the Producer holds
+// the topic until the record in flight finishes, whatever the policy.
+func (m *matrixRun) holdInFlight(ctx context.Context) (release func()) {
+	t := m.t
+	t.Helper()
+	releasec, heldc := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	t.Cleanup(release)
+	matched := false
+	m.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		m.c.KeepControl()
+		if matched {
+			return nil, nil, false
+		}
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				// Requests name topics by ID: the first one with
+				// a partition 0 is the first record's.
+				if p.Partition == 0 {
+					matched = true // control functions run serially
+					close(heldc)
+					m.c.SleepControl(func() { <-releasec })
+					return nil, nil, false
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	m.produce(ctx, 0, m.rec(0, 0))
+	select {
+	case <-heldc:
+	case <-ctx.Done():
+		t.Fatalf("the produce request was not held; partitions %+v %+v", *m.c.PartitionInfo(topic, 0), *m.c.PartitionInfo(topic, 1))
+	}
+	m.produce(ctx, 0, poisonValue(m.rec(0, 1)))
+	m.waitFailure(ctx)
+	// The user hook runs just before the Producer's: wait for the latter.
+	for m.p.Stats().Failures == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the Producer saw no failure")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return release
+}
+
+func twoBrokerCluster(t *testing.T) *kfake.Cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(matrixPartitions, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	l0, l1 := c.PartitionInfo(topic, 0).Leader, c.PartitionInfo(topic, 1).Leader
+	if l0 == l1 { // brokers are nodes 0 and 1
+		if err := c.MoveTopicPartition(topic, 1, 1-l0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// Flush and Close during a hold, and a full held queue whose Produce
+// context runs out.
+func TestMatrixHeldQueueFlushClose(t *testing.T) {
+	for _, closeDuringHold := range []bool{false, true} {
+		t.Run(map[bool]string{false: "release", true: "close"}[closeDuringHold], func(t *testing.T) {
+			forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+				ctx := testCtx(t)
+				m := newMatrixRunOn(t, twoBrokerCluster(t), pol, 1, nil, korder.MaxHeld(3))
+				poison(m.c)
+				release := m.holdInFlight(ctx)
+				for i := 2; i <= 4; i++ {
+					m.produce(ctx, 0, m.rec(0, i)) // held
+				}
+				if s := m.p.Stats(); s.Held != 3 {
+					t.Fatalf("held %d, expected 3", s.Held)
+				}
+				short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				blocked := m.rec(0, 5)
+				m.produce(short, 0, blocked) // the held queue is full: blocks until short is done
+				cancel()
+				if err := m.ps.check(t)[blocked]; !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("record produced to a full held queue got %v", err)
+				}
+				flushCtx, cancelFlush := context.WithTimeout(ctx, 20*time.Millisecond)
+				if err := m.p.Flush(flushCtx); !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("Flush during a hold returned %v, expected its context's error", err)
+				}
+				cancelFlush()
+
+				if closeDuringHold {
+					closed := make(chan struct{})
+					go func() { m.p.Close(); close(closed) }()
+					select {
+					case <-closed:
+					case <-ctx.Done():
+						t.Fatal("Close during a hold did not return")
+					}
+					release()
+					m.checkRun(ctx)
+					return
+				}
+				release()
+				if err := m.p.Flush(ctx); err != nil {
+					t.Fatalf("Flush after the hold: %v", err)
+				}
+				m.produce(ctx, 0, m.rec(0, 6))
+				if err := m.p.Flush(ctx); err != nil {
+					t.Fatalf("Flush: %v", err)
+				}
+				errs := m.checkRun(ctx)
+				poisoned := m.produced[0][1]
+				m.checkPoison(pol, errs, poisoned, func(r *kgo.Record) bool { return r == blocked })
+			})
+		})
+	}
+}
