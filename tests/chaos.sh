@@ -3,13 +3,21 @@
 # (default 60) on each side:
 #
 #   patched  - the patched franz-go in upstream/franz-go (the repo's go.work):
-#              each seed runs with FailPartitionOnProduceFailure on and the
-#              test-side recovery protocol, then with the option off and the
-#              naive "re-produce on failure" recovery (the baseline). Any
-#              violation with the option on fails the script.
+#              seed % 18 picks the configuration (idempotent, non-idempotent
+#              with 1 in flight, or transactional, times raw kgo with
+#              FailPartitionOnProduceFailure and the test-side recovery
+#              protocol, or korder with one of five policy sets); each seed
+#              runs it, then the same configuration and faults with the
+#              option off and the naive "re-produce on failure" recovery (the
+#              baseline). Any violation with the option on fails the script.
 #   pristine - pristine franz-go v1.22.3 (materialized with patchset.sh and a
 #              temporary go.work, -tags pristine): only the naive baseline can
 #              run; it must report violations, or the harness proves nothing.
+#
+# Each side prints one line per run ("chaos run:"), one line per
+# configuration ("chaos config": option on and baseline, or baseline only on
+# the pristine side), and the summary line ("chaos: runs=N violations=N
+# lost=N duplicates=N unfinished_promises=N baseline_violations=N").
 #
 # Env: CHAOS_SECONDS (per side), CHAOS_SEED (first seed, default 1000, the
 # same on both sides), CHAOS_OUT (where histories of violating runs are kept;
@@ -40,7 +48,7 @@ if ! (cd "$root" && GOWORK="$work/go.work" go test -race -count=1 -v -tags prist
 	tail -30 "$work/pristine" >&2
 	rc=1
 fi
-grep -E '^(chaos run|chaos baseline|chaos:)' "$work/pristine" || true
+grep -E '^(chaos run|chaos config|chaos baseline|chaos:)' "$work/pristine" || true
 pristine=$(grep -E '^chaos: runs=' "$work/pristine" || true)
 pbase=$(sed -n 's/.*baseline_violations=\([0-9]*\).*/\1/p' <<<"$pristine")
 if [ -z "$pbase" ] || [ "$pbase" -eq 0 ]; then

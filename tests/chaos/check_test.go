@@ -24,6 +24,7 @@ const (
 	evDrop      evKind = "drop"
 	evHook      evKind = "hook"
 	evRecover   evKind = "recover"
+	evTxn       evKind = "txn"
 	evFault     evKind = "fault"
 	evLog       evKind = "log"
 	evPhase     evKind = "phase"
@@ -192,9 +193,16 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 			r.violate("lost", []*rec{rr}, "%v (state %d, %d attempts) is not in the log and was not reported dropped", rr, rr.state, len(rr.attempts))
 		}
 		for _, a := range rr.attempts {
-			if a.promised == 1 && a.err == nil {
+			switch {
+			case a.acked():
 				if got, ok := atOffset[rr.part][a.offset]; !ok || got != rr.id {
 					r.violate("ack", []*rec{rr}, "%v acknowledged at offset %d of partition %d, which holds record %d (present %v)", rr, a.offset, rr.part, got, ok)
+				}
+			case a.promised == 1 && a.err == nil && a.txn > 0:
+				// Written in a transaction that aborted (or never
+				// ended): a read-committed consumer must not see it.
+				if got, ok := atOffset[rr.part][a.offset]; ok {
+					r.violate("aborted", []*rec{rr}, "%v was written at offset %d of partition %d in transaction %d, which did not commit, yet the committed log holds record %d there", rr, a.offset, rr.part, a.txn, got)
 				}
 			}
 		}
@@ -225,19 +233,55 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 	}
 }
 
+// checkDeadLetters (korder): every record korder reported dead-lettered (in
+// a transaction: one that committed) has a copy in the dead-letter topic,
+// with its key and value, and the korder-topic header naming the topic.
+func (r *run) checkDeadLetters(dlq []*kgo.Record) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	in := make(map[int]bool)
+	for _, kr := range dlq {
+		var id int
+		if _, err := fmt.Sscanf(string(kr.Value), "%d/", &id); err != nil || id < 0 || id >= len(r.recs) {
+			r.violate("deadletter", nil, "dead-letter offset %d holds %q, not a record of this run", kr.Offset, kr.Value)
+			continue
+		}
+		rr := r.recs[id]
+		topic := ""
+		for _, h := range kr.Headers {
+			if h.Key == "korder-topic" {
+				topic = string(h.Value)
+			}
+		}
+		if string(kr.Value) != string(rr.value()) || string(kr.Key) != rr.keyName() || topic != chaosTopic {
+			r.violate("deadletter", []*rec{rr}, "dead-letter offset %d holds key %q value %q topic header %q; %v has key %q value %q", kr.Offset, kr.Key, kr.Value, topic, rr, rr.keyName(), rr.value())
+		}
+		in[id] = true
+	}
+	for _, rr := range r.recs {
+		if rr.state == recDropped && rr.outcome == "dead-lettered" && !in[rr.id] {
+			r.violate("deadletter", []*rec{rr}, "%v: korder reported it dead-lettered, but the dead-letter topic does not hold it", rr)
+		}
+	}
+}
+
 // maybeWrittenLocked: without idempotency, a record that failed on a timeout
 // or a canceled context may have been written anyway (documented on
-// FailPartitionOnProduceFailure), possibly after records produced later.
+// FailPartitionOnProduceFailure), possibly after records produced later. In
+// modeKorder, the attempts kgo saw are korder's (rec.kgoErrs).
 func (r *run) maybeWrittenLocked(rr *rec) bool {
-	if r.rc.idempotent {
+	if r.rc.idempotent() {
 		return false
 	}
+	unknown := func(err error) bool {
+		return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout)
+	}
 	for _, a := range rr.attempts {
-		if a.err != nil && (errors.Is(a.err, context.Canceled) || errors.Is(a.err, context.DeadlineExceeded) || errors.Is(a.err, kgo.ErrRecordTimeout)) {
+		if a.err != nil && unknown(a.err) {
 			return true
 		}
 	}
-	return false
+	return slices.ContainsFunc(rr.kgoErrs, unknown) // korder's own attempts
 }
 
 func (r *run) decode(kr *kgo.Record) (int, bool) {
@@ -286,7 +330,7 @@ func excerpt(evs []event, v violation) []event {
 	for _, e := range evs[first : last+1] {
 		switch {
 		case slices.Contains(v.recs, e.rec):
-		case (e.kind == evHook || e.kind == evRecover) && (e.part == v.part || e.part == -1 || e.part == -2):
+		case (e.kind == evHook || e.kind == evRecover || e.kind == evTxn) && (e.part == v.part || e.part == -1 || e.part == -2):
 		case e.kind == evFault && (!strings.Contains(e.msg, "partition ") || strings.Contains(e.msg, fmt.Sprintf("partition %d ", v.part)) || strings.HasSuffix(e.msg, fmt.Sprintf("partition %d", v.part))):
 		default:
 			continue

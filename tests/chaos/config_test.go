@@ -10,25 +10,60 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// mode is the recovery protocol a run uses.
+// mode is the client side a run uses.
 type mode int
 
 const (
-	// modeFailStop: FailPartitionOnProduceFailure on, and the recovery
-	// protocol of protocol_test.go (stop, wait for outstanding promises,
-	// recover, re-produce failures in order, release what was queued).
+	// modeFailStop: raw kgo with FailPartitionOnProduceFailure on, and
+	// the test-side recovery protocol of harness_test.go (stop, wait for
+	// outstanding promises, recover, re-produce failures in order,
+	// release what was queued; in a transaction: abort and re-produce the
+	// whole transaction).
 	modeFailStop mode = iota
+	// modeKorder: pkg/korder with one of the policy sets of korderPolicies;
+	// the test only produces each record once (again after an aborted
+	// transaction) and resumes a stopped topic.
+	modeKorder
 	// modeNaive: the option off (pristine-compatible), and every failed
-	// record is produced again as soon as its promise reports the failure.
+	// record is produced again as soon as its promise reports the failure:
+	// the baseline.
 	modeNaive
 )
 
 func (m mode) String() string {
-	if m == modeFailStop {
+	switch m {
+	case modeFailStop:
 		return "failstop"
+	case modeKorder:
+		return "korder"
 	}
 	return "naive"
 }
+
+// kind is the producer configuration.
+type kind int
+
+const (
+	kindIdempotent kind = iota
+	kindNonIdempotent
+	kindTxn
+)
+
+var kindNames = []string{"idempotent", "non-idempotent-1-inflight", "transactional"}
+
+func (k kind) String() string { return kindNames[k] }
+
+// sides are the client sides a configuration runs with the option on: raw
+// kgo plus the test-side recovery protocol, or korder with a policy set
+// (korder_patched_test.go maps the names to policies).
+var sides = []string{"raw-kgo-recovery", "korder-retry", "korder-isolate", "korder-deadletter", "korder-drop", "korder-stop"}
+
+// numConfigs is the number of configurations: kinds x sides. A seed's
+// configuration is seed % numConfigs, so consecutive seeds cover them all.
+var numConfigs = len(kindNames) * len(sides)
+
+// configName names configuration i.
+func configName(i int) string { return kindNames[i/len(sides)] + "/" + sides[i%len(sides)] }
 
 // chooser makes the run's random choices: a seeded PRNG, or the fuzzer's
 // bytes.
@@ -73,73 +108,105 @@ var codecs = []struct {
 // runConfig is everything a run's seed decides, except the fault schedule,
 // which is drawn tick by tick from the same seed (or the fuzzer's bytes).
 type runConfig struct {
-	seed       uint64
-	mode       mode
-	brokers    int
-	partitions int
-	producers  int
-	keys       int // per producer
-	idempotent bool
-	codec      int // index in codecs
-	linger     time.Duration
-	retries    int           // RecordRetries
-	delivery   time.Duration // RecordDeliveryTimeout, 0 for the default
-	shortReq   bool          // short produce request timeouts (idempotent only)
-	cancelPct  int           // percent of records produced with a cancelable context
-	tick       time.Duration // fault scheduler period
-	prodTick   time.Duration // producer pacing period
-	burst      int           // records per producer per producer tick
-	tokens     int           // unresolved records per producer
-	produceFor time.Duration // how long producers produce
-	maxHard    int           // hard failures before a record is given up on
+	seed        uint64
+	mode        mode
+	config      int // configuration index, seed % numConfigs
+	kind        kind
+	side        int // index in sides
+	brokers     int
+	partitions  int
+	producers   int
+	keys        int // per producer
+	codec       int // index in codecs
+	linger      time.Duration
+	retries     int           // RecordRetries
+	delivery    time.Duration // RecordDeliveryTimeout, 0 for the default
+	shortReq    bool          // short produce request timeouts (idempotent only)
+	maxBuffered int           // MaxBufferedRecords, 0 for the default; raw and naive then use TryProduce
+	cancelPct   int           // percent of records produced with a cancelable context
+	tick        time.Duration // fault scheduler period
+	prodTick    time.Duration // producer pacing period
+	burst       int           // records per producer per producer tick
+	tokens      int           // unresolved records per producer
+	txnEvery    time.Duration // transaction length (transactional only)
+	produceFor  time.Duration // how long producers produce
+	maxHard     int           // hard failures before a record is given up on
 }
 
+func (rc runConfig) idempotent() bool { return rc.kind != kindNonIdempotent }
+
+func (rc runConfig) txn() bool { return rc.kind == kindTxn }
+
+// name is the configuration's name: producer kind / client side.
+func (rc runConfig) name() string { return configName(rc.config) }
+
 func (rc runConfig) String() string {
-	idem := "idempotent"
-	if !rc.idempotent {
-		idem = "non-idempotent(inflight=1)"
+	s := fmt.Sprintf("seed=%d config=%s mode=%s brokers=%d partitions=%d producers=%d keys=%d codec=%s linger=%v retries=%d cancel=%d%% tick=%v produce=%v",
+		rc.seed, rc.name(), rc.mode, rc.brokers, rc.partitions, rc.producers, rc.keys, codecs[rc.codec].name, rc.linger, rc.retries, rc.cancelPct, rc.tick, rc.produceFor)
+	if rc.txn() {
+		s += fmt.Sprintf(" txn_every=%v", rc.txnEvery)
 	}
-	s := fmt.Sprintf("seed=%d mode=%s brokers=%d partitions=%d producers=%d keys=%d %s codec=%s linger=%v retries=%d cancel=%d%% tick=%v produce=%v",
-		rc.seed, rc.mode, rc.brokers, rc.partitions, rc.producers, rc.keys, idem, codecs[rc.codec].name, rc.linger, rc.retries, rc.cancelPct, rc.tick, rc.produceFor)
 	if rc.delivery > 0 {
 		s += fmt.Sprintf(" delivery_timeout=%v", rc.delivery)
 	}
 	if rc.shortReq {
 		s += " short_request_timeouts"
 	}
+	if rc.maxBuffered > 0 {
+		s += fmt.Sprintf(" max_buffered=%d", rc.maxBuffered)
+	}
 	return s
 }
 
-// newConfig derives a configuration from seed. produceFor bounds the
-// producing phase: short runs use a fixed short phase, long runs 2-5s.
-func newConfig(seed uint64, m mode, long bool) runConfig {
+// newConfig derives a configuration from seed: its configuration (producer
+// kind and client side) is seed % numConfigs; baseline runs it with the
+// option off and the naive recovery instead. produceFor bounds the
+// producing phase: short runs use a fixed short phase, long runs 0.75-2.25s.
+func newConfig(seed uint64, baseline, long bool) runConfig {
 	r := newRNG(seed)
+	idx := int(seed % uint64(numConfigs))
 	rc := runConfig{
-		seed:       seed,
-		mode:       m,
-		brokers:    1 + r.intn(3),
-		partitions: 1 + r.intn(16),
-		producers:  1 + r.intn(4),
-		keys:       1 + r.intn(12),
-		idempotent: r.intn(3) != 0,
-		codec:      r.intn(len(codecs)),
-		linger:     time.Duration(r.intn(4)) * 3 * time.Millisecond,
-		retries:    1 + r.intn(4),
-		cancelPct:  []int{0, 0, 2, 10}[r.intn(4)],
-		tick:       time.Duration(15+r.intn(40)) * time.Millisecond,
-		prodTick:   time.Duration(1+r.intn(4)) * time.Millisecond,
-		burst:      1 + r.intn(4),
-		tokens:     16 << r.intn(3),
-		maxHard:    3 + r.intn(4),
+		seed:      seed,
+		config:    idx,
+		kind:      kind(idx / len(sides)),
+		side:      idx % len(sides),
+		brokers:   1 + r.intn(3),
+		producers: 1 + r.intn(8),
+		keys:      1 + r.intn(12),
+		codec:     r.intn(len(codecs)),
+		linger:    time.Duration(r.intn(4)) * 3 * time.Millisecond,
+		retries:   1 + r.intn(4),
+		cancelPct: []int{0, 0, 2, 10}[r.intn(4)],
+		tick:      time.Duration(15+r.intn(40)) * time.Millisecond,
+		prodTick:  time.Duration(1+r.intn(4)) * time.Millisecond,
+		burst:     1 + r.intn(4),
+		tokens:    16 << r.intn(3),
+		txnEvery:  time.Duration(20+r.intn(100)) * time.Millisecond,
+		maxHard:   3 + r.intn(4),
+	}
+	// Mostly few partitions, sometimes up to 64.
+	rc.partitions = []int{1 + r.intn(4), 1 + r.intn(16), 1 + r.intn(64)}[r.intn(3)]
+	switch {
+	case baseline:
+		rc.mode = modeNaive
+	case rc.side == 0:
+		rc.mode = modeFailStop
+	default:
+		rc.mode = modeKorder
 	}
 	if r.intn(3) == 0 {
 		rc.delivery = time.Duration(1000+r.intn(1500)) * time.Millisecond
 	}
-	if rc.idempotent && r.intn(3) == 0 {
+	if rc.idempotent() && r.intn(3) == 0 {
 		rc.shortReq = true
 	}
+	if r.intn(3) == 0 {
+		// ErrMaxBuffered pressure: kgo holds at most 25-75% of what
+		// the producers may have outstanding.
+		rc.maxBuffered = max(4, rc.producers*rc.tokens*(1+r.intn(3))/4)
+	}
 	if long {
-		rc.produceFor = time.Duration(2000+r.intn(3000)) * time.Millisecond
+		rc.produceFor = time.Duration(750+r.intn(1500)) * time.Millisecond
 	} else {
 		rc.produceFor = 400 * time.Millisecond
 	}
@@ -151,7 +218,7 @@ func newConfig(seed uint64, m mode, long bool) runConfig {
 func fuzzConfig(data []byte) (runConfig, chooser) {
 	var b [8]byte
 	n := copy(b[:], data)
-	rc := newConfig(binary.LittleEndian.Uint64(b[:]), modeFailStop, false)
+	rc := newConfig(binary.LittleEndian.Uint64(b[:]), !failStopAvailable, false)
 	return rc, &byteChooser{b: data[n:]}
 }
 
@@ -161,24 +228,38 @@ func partitionFor(key string, partitions int) int32 {
 	return int32(h.Sum32() % uint32(partitions))
 }
 
+// jumboPad is the size of the header that makes a jumbo record too large
+// for a batch (ProducerBatchMaxBytes is batchMax).
+const (
+	batchMax = 16 << 10
+	jumboPad = 20 << 10
+)
+
 // clientOpts are the producer's options for rc (without the fail-stop ones).
 func (rc runConfig) clientOpts() []kgo.Opt {
 	opts := []kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(codecs[rc.codec].c),
 		kgo.ProducerLinger(rc.linger),
+		kgo.ProducerBatchMaxBytes(batchMax),
 		kgo.RecordRetries(rc.retries),
 		kgo.MetadataMinAge(10 * time.Millisecond),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }),
 	}
-	if !rc.idempotent {
+	if !rc.idempotent() {
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(1))
+	}
+	if rc.txn() {
+		opts = append(opts, kgo.TransactionalID(fmt.Sprintf("chaos-%d-%s", rc.seed, rc.mode)), kgo.TransactionTimeout(20*time.Second))
 	}
 	if rc.delivery > 0 {
 		opts = append(opts, kgo.RecordDeliveryTimeout(rc.delivery))
 	}
 	if rc.shortReq {
 		opts = append(opts, kgo.ProduceRequestTimeout(100*time.Millisecond), kgo.RequestTimeoutOverhead(150*time.Millisecond))
+	}
+	if rc.maxBuffered > 0 {
+		opts = append(opts, kgo.MaxBufferedRecords(rc.maxBuffered))
 	}
 	return opts
 }

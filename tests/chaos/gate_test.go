@@ -24,6 +24,22 @@ type gates struct {
 	// expired, if set, is signaled (without blocking) when a gated read
 	// gives up at its deadline.
 	expired chan struct{}
+
+	conns map[string]map[*gateConn]struct{} // open connections by address, guarded by mu
+}
+
+// kill closes every open connection to addr: the broker went away.
+func (g *gates) kill(addr string) int {
+	g.mu.Lock()
+	var cs []*gateConn
+	for c := range g.conns[addr] {
+		cs = append(cs, c)
+	}
+	g.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+	}
+	return len(cs)
 }
 
 func (g *gates) hold(addr string) (release func()) {
@@ -60,7 +76,17 @@ func (g *gates) dial(ctx context.Context, network, host string) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	return &gateConn{Conn: conn, g: g, addr: host, closed: make(chan struct{})}, nil
+	c := &gateConn{Conn: conn, g: g, addr: host, closed: make(chan struct{})}
+	g.mu.Lock()
+	if g.conns == nil {
+		g.conns = make(map[string]map[*gateConn]struct{})
+	}
+	if g.conns[host] == nil {
+		g.conns[host] = make(map[*gateConn]struct{})
+	}
+	g.conns[host][c] = struct{}{}
+	g.mu.Unlock()
+	return c, nil
 }
 
 type gateConn struct {
@@ -91,7 +117,12 @@ func (c *gateConn) SetReadDeadline(t time.Time) error {
 }
 
 func (c *gateConn) Close() error {
-	c.closeOnce.Do(func() { close(c.closed) })
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.g.mu.Lock()
+		delete(c.g.conns[c.addr], c)
+		c.g.mu.Unlock()
+	})
 	return c.Conn.Close()
 }
 

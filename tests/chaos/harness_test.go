@@ -13,10 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-const chaosTopic = "chaos"
+const (
+	chaosTopic = "chaos"
+	dlqTopic   = "chaos-dlq" // korder's dead-letter topic
+	endKey     = "END"       // key of the end-of-log markers of transactional runs
+)
 
-// rec is one logical record: created once by a producer, handed to kgo once
-// per attempt. All fields after the identity are guarded by run.mu.
+// rec is one logical record: created once by a producer, handed to kgo (or
+// korder) once per attempt. All fields after the identity are guarded by
+// run.mu.
 type rec struct {
 	id       int
 	prod     int
@@ -25,19 +30,26 @@ type rec struct {
 	keySeq   int // per (producer, key)
 	partSeq  int // per (producer, partition)
 	cancelOK bool
+	jumbo    bool // too large for a batch: fails every attempt
 
 	attempts []*attempt
 	hard     int // failures other than "partition failed" rejections
 	state    recState
+	txnMark  int     // last transaction the record was handed off in
+	kgoErrs  []error // korder: what kgo failed the record with, attempt by attempt
+	outcome  string  // korder: how korder settled it for good (dropped, dead-lettered, ...)
+	settled  string  // korder: how korder settled it in the open transaction
 }
 
 type recState int
 
 const (
-	recQueued   recState = iota // held back by the protocol, not handed to kgo
-	recInflight                 // handed to kgo, promise not called
+	recQueued   recState = iota // held back by the protocol, not handed off
+	recInflight                 // handed off, promise not called
 	recFailed                   // promise failed, waiting for the protocol
-	recOK                       // written (per its promise)
+	recPending                  // written in a transaction that has not ended
+	recSettled                  // korder settled it with an error in a transaction that has not ended
+	recOK                       // written (per its promise; committed, in a transaction)
 	recDropped                  // given up on, and reported
 )
 
@@ -47,20 +59,40 @@ func (r *rec) value() []byte {
 	return fmt.Appendf(nil, "%d/%d/%d/%d/%d", r.id, r.prod, r.key, r.keySeq, r.partSeq)
 }
 
-func (r *rec) String() string {
-	return fmt.Sprintf("rec#%d(prod=%d key=%d part=%d keyseq=%d partseq=%d)", r.id, r.prod, r.key, r.part, r.keySeq, r.partSeq)
+// record is a fresh kgo.Record for one attempt of r.
+func (r *rec) record() *kgo.Record {
+	kr := &kgo.Record{Topic: chaosTopic, Partition: r.part, Key: []byte(r.keyName()), Value: r.value()}
+	if r.jumbo {
+		kr.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, jumboPad)}}
+	}
+	return kr
 }
 
-// attempt is one hand-off of a rec to kgo.
-type attempt struct {
-	id       int
-	rec      *rec
-	handoff  int64 // per-partition hand-off index
-	epoch    int   // partition's recovery epoch at hand-off
-	promised int
-	err      error
-	offset   int64
+func (r *rec) String() string {
+	j := ""
+	if r.jumbo {
+		j = " jumbo"
+	}
+	return fmt.Sprintf("rec#%d(prod=%d key=%d part=%d keyseq=%d partseq=%d%s)", r.id, r.prod, r.key, r.part, r.keySeq, r.partSeq, j)
 }
+
+// attempt is one hand-off of a rec to kgo (or korder).
+type attempt struct {
+	id        int
+	rec       *rec
+	handoff   int64 // per-partition hand-off index
+	epoch     int   // partition's recovery epoch at hand-off
+	txn       int   // transaction it was handed off in, 0 if none
+	committed bool  // its transaction committed
+	ctx       context.Context
+	promised  int
+	err       error
+	offset    int64
+}
+
+// acked reports whether a's promise said it was written, and (in a
+// transaction) the transaction committed.
+func (a *attempt) acked() bool { return a.promised == 1 && a.err == nil && (a.txn == 0 || a.committed) }
 
 // partState is the protocol's view of one partition. Guarded by run.mu.
 type partState struct {
@@ -80,6 +112,7 @@ type run struct {
 
 	c  *kfake.Cluster
 	cl *kgo.Client
+	kp orderedProducer // modeKorder: the korder.Producer around cl
 
 	mu          sync.Mutex
 	parts       []*partState
@@ -98,6 +131,23 @@ type run struct {
 	hardFails   int // promises failed with anything else
 	hooks       atomic.Int64
 
+	// Transactions (kindTxn), guarded by mu except txnDoomed.
+	txnOpen   bool          // records may be handed off
+	txnSeq    int           // the current transaction, from 1
+	txnRecs   []*rec        // records handed off in the current transaction, in order
+	txnAtts   []*attempt    // attempts of the current transaction
+	txnQueue  []*rec        // records held while the transaction ends, in order
+	txnDoomed atomic.Bool   // a partition failed in it: hand off nothing more, end it now
+	txnFailed bool          // a record of the current transaction failed in kgo: it must not commit
+	txnWake   chan struct{} // wakes the transaction loop, capacity 1
+	idle      chan struct{} // signaled when outstanding drops to 0 while the transaction is closed
+	commits   int
+	aborts    int
+
+	resumeCh chan struct{} // korder: a topic was stopped, capacity 1
+
+	jumboNext atomic.Bool // the next record created is a jumbo one
+
 	violMu sync.Mutex
 	viol   []violation
 
@@ -115,6 +165,15 @@ type run struct {
 	hist  history
 }
 
+// orderedProducer is the part of *korder.Producer the harness uses (see
+// korder_patched_test.go; pristine franz-go cannot build korder).
+type orderedProducer interface {
+	Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error))
+	Flush(ctx context.Context) error
+	Close()
+	Resume(topic string)
+}
+
 type hookEvent struct {
 	topic     string
 	partition int32
@@ -123,17 +182,57 @@ type hookEvent struct {
 
 // failHook is the HookProducePartitionFailed: it must not block, and may run
 // inside Produce on a goroutine holding run.mu, so it only takes leaf locks
-// and signals the coordinator.
+// and signals the coordinator (or, in a transaction, dooms it). In
+// modeKorder, korder has its own hook; this one only records the call.
 type failHook struct{ r *run }
 
 func (h *failHook) OnProducePartitionFailed(topic string, partition int32, err error) {
 	r := h.r
 	r.hooks.Add(1)
 	r.hist.add(evHook, nil, nil, partition, fmt.Sprintf("OnProducePartitionFailed(%s, %d, %v)", topic, partition, err))
+	if r.rc.txn() {
+		r.doomTxn()
+		return
+	}
+	if r.rc.mode != modeFailStop || topic != chaosTopic {
+		return
+	}
 	r.hookMu.Lock()
 	r.hookEvents = append(r.hookEvents, hookEvent{topic, partition, err})
 	r.hookMu.Unlock()
 	r.signal()
+}
+
+// unbufferedHook (modeKorder) records what kgo failed each record with, for
+// the checker's "maybe written" rule: korder produces records again itself.
+type unbufferedHook struct{ r *run }
+
+func (h unbufferedHook) OnProduceRecordUnbuffered(kr *kgo.Record, err error) {
+	if err == nil || kr.Topic != chaosTopic {
+		return
+	}
+	r := h.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id, ok := r.decode(kr); ok {
+		rr := r.recs[id]
+		rr.kgoErrs = append(rr.kgoErrs, err)
+		if a := rr.attempts[len(rr.attempts)-1]; r.rc.txn() && a.promised == 0 && a.txn == r.txnSeq {
+			r.txnFailed = true
+		}
+		r.hist.add(evLog, rr, nil, rr.part, fmt.Sprintf("kgo failed it: %v", err))
+	}
+}
+
+// doomTxn marks the current transaction as unable to commit and wakes the
+// transaction loop. It takes no lock.
+func (r *run) doomTxn() {
+	if !r.txnDoomed.Swap(true) {
+		select {
+		case r.txnWake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (r *run) signal() {
@@ -157,7 +256,7 @@ type outcome struct {
 	records    int
 	written    int // distinct records in the log
 	duplicates int // extra copies in the log
-	dropped    int // given up on and reported
+	dropped    int // given up on and reported (korder: dropped, dead-lettered, stopped)
 	lost       int
 	unfinished int // attempts whose promise never came
 	recoveries int
@@ -165,6 +264,9 @@ type outcome struct {
 	hardFails  int // promises failed with another error
 	hooks      int // HookProducePartitionFailed calls
 	documented int // reorders of "maybe written" records (non-idempotent, documented)
+	commits    int // transactions committed
+	aborts     int // transactions aborted
+	korder     string
 	viol       []violation
 	faults     []string
 	elapsed    time.Duration
@@ -186,18 +288,21 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 		faults = newRNG(rc.seed*2654435761 + 1)
 	}
 	r := &run{
-		rc:      rc,
-		ch:      faults,
-		start:   time.Now(),
-		allDone: make(chan struct{}),
-		wake:    make(chan struct{}, 1),
+		rc:       rc,
+		ch:       faults,
+		start:    time.Now(),
+		allDone:  make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		txnWake:  make(chan struct{}, 1),
+		idle:     make(chan struct{}, 1),
+		resumeCh: make(chan struct{}, 1),
 	}
 	r.hist.start = r.start
 	r.promisesIn = make(chan struct{}, 1)
 	r.cancelCtx, r.cancelFn = context.WithCancel(context.Background())
 	out := &outcome{rc: rc, hist: &r.hist}
 
-	c, err := kfake.NewCluster(kfake.NumBrokers(rc.brokers), kfake.SeedTopics(int32(rc.partitions), chaosTopic))
+	c, err := kfake.NewCluster(kfake.NumBrokers(rc.brokers), kfake.SeedTopics(int32(rc.partitions), chaosTopic), kfake.SeedTopics(1, dlqTopic))
 	if err != nil {
 		r.violate("setup", nil, "kfake.NewCluster: %v", err)
 		out.viol = r.viol
@@ -208,28 +313,67 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 		r.parts = append(r.parts, &partState{})
 	}
 	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithLogger(logger{r}), kgo.Dialer(r.gates.dial)}, rc.clientOpts()...)
-	if rc.mode == modeFailStop {
+	switch rc.mode {
+	case modeFailStop:
 		opts = append(opts, failStopOpts(&failHook{r})...)
+		r.cl, err = kgo.NewClient(opts...)
+	case modeKorder:
+		opts = append(opts, kgo.WithHooks(&failHook{r}, unbufferedHook{r}))
+		r.kp, r.cl, err = newOrderedProducer(rc, opts)
+	default:
+		r.cl, err = kgo.NewClient(opts...)
 	}
-	cl, err := kgo.NewClient(opts...)
+	if err == nil && rc.txn() {
+		if err = r.cl.BeginTransaction(); err != nil {
+			r.closeClient()
+		}
+		r.txnOpen, r.txnSeq = true, 1
+	}
 	if err != nil {
 		c.Close()
-		r.violate("setup", nil, "kgo.NewClient: %v", err)
+		r.violate("setup", nil, "client: %v", err)
 		out.viol = r.viol
 		return out
 	}
-	r.cl = cl
+	cl := r.cl
 
-	// Coordinator (fail-stop protocol only; the naive mode re-produces
-	// from the promise).
+	// Coordinator (fail-stop protocol outside transactions only; the
+	// naive mode re-produces from the promise, korder recovers itself).
 	coordDone := make(chan struct{})
 	coordQuit := make(chan struct{})
 	go func() {
 		defer close(coordDone)
-		if rc.mode == modeFailStop {
+		if rc.mode == modeFailStop && !rc.txn() {
 			r.coordinate(coordQuit)
 		} else {
 			<-coordQuit
+		}
+	}()
+	// Transaction loop.
+	txnDone := make(chan struct{})
+	txnQuit := make(chan struct{})
+	go func() {
+		defer close(txnDone)
+		if rc.txn() {
+			r.txnLoop(txnQuit)
+		} else {
+			<-txnQuit
+		}
+	}()
+	// korder: resume a stopped topic (outside transactions; the
+	// transaction loop resumes it when a new transaction begins).
+	resumeDone := make(chan struct{})
+	resumeQuit := make(chan struct{})
+	go func() {
+		defer close(resumeDone)
+		for {
+			select {
+			case <-resumeQuit:
+				return
+			case <-r.resumeCh:
+				r.korderResume()
+				r.hist.add(evRecover, nil, nil, -1, "korder Resume("+chaosTopic+")")
+			}
 		}
 	}()
 
@@ -263,8 +407,12 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 	r.maybeAllDoneLocked()
 	r.mu.Unlock()
 	// A failure just before the faults went away may be waiting for the
-	// coordinator.
+	// coordinator, or the transaction loop.
 	r.signal()
+	select {
+	case r.txnWake <- struct{}{}:
+	default:
+	}
 
 	drain := time.NewTimer(drainTimeout)
 	select {
@@ -285,19 +433,23 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 
 	// Flush must return, with nothing left.
 	fctx, fcancel := context.WithTimeout(context.Background(), stepTimeout)
-	if err := cl.Flush(fctx); err != nil {
+	if err := r.flush(fctx); err != nil {
 		r.violate("flush", nil, "Flush: %v", err)
 	}
 	fcancel()
 
 	close(coordQuit)
 	<-coordDone
+	close(txnQuit)
+	<-txnDone
+	close(resumeQuit)
+	<-resumeDone
 	r.mu.Lock()
 	r.closing = true
 	r.mu.Unlock()
 
 	closed := make(chan struct{})
-	go func() { defer close(closed); cl.Close() }()
+	go func() { defer close(closed); r.closeClient() }()
 	if !waitFor(closed, stepTimeout) {
 		r.violate("close", nil, "Close did not return within %v", stepTimeout)
 	}
@@ -318,11 +470,12 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 		r.violate("promise", nil, "%d promises never called", pending)
 	}
 
-	logs := r.readBack()
+	logs, dlq := r.readBack()
 	c.Close()
 	r.cancelFn()
 
 	r.check(logs, out)
+	r.checkDeadLetters(dlq)
 
 	if !settleGoroutines(g0) {
 		buf := make([]byte, 1<<20)
@@ -334,13 +487,32 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 	r.mu.Lock()
 	out.recoveries = r.recoveries
 	out.rejected, out.hardFails, out.hooks = r.rejected, r.hardFails, int(r.hooks.Load())
+	out.commits, out.aborts = r.commits, r.aborts
 	r.mu.Unlock()
+	if r.kp != nil {
+		out.korder = korderStats(r.kp)
+	}
 	r.violMu.Lock()
 	out.viol = slices.Clone(r.viol)
 	r.violMu.Unlock()
 	out.faults = s.schedule
 	out.elapsed = time.Since(r.start)
 	return out
+}
+
+func (r *run) flush(ctx context.Context) error {
+	if r.kp != nil {
+		return r.kp.Flush(ctx)
+	}
+	return r.cl.Flush(ctx)
+}
+
+func (r *run) closeClient() {
+	if r.kp != nil {
+		r.kp.Close() // closes r.cl
+		return
+	}
+	r.cl.Close()
 }
 
 // produceLoop creates records for producer p until quit: every producer tick,
@@ -367,6 +539,7 @@ func (r *run) produceLoop(p int, quit chan struct{}) {
 			}
 			k := rng.intn(rc.keys)
 			rr := &rec{prod: p, key: k, keySeq: keySeq[k], cancelOK: rc.cancelPct > 0 && rng.intn(100) < rc.cancelPct}
+			rr.jumbo = r.jumboNext.CompareAndSwap(true, false)
 			keySeq[k]++
 			rr.part = partitionFor(rr.keyName(), rc.partitions)
 			rr.partSeq = partSeq[rr.part]
@@ -376,30 +549,50 @@ func (r *run) produceLoop(p int, quit chan struct{}) {
 	}
 }
 
-// submit registers a new record and hands it to kgo, or queues it if its
-// partition (or the topic) is failed.
+// submit registers a new record and hands it off, or queues it if its
+// partition (or the topic, or the transaction) is failed or ending.
 func (r *run) submit(rr *rec) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	rr.id = len(r.recs)
 	r.recs = append(r.recs, rr)
 	r.unresolved++
-	ps := r.parts[rr.part]
-	if r.rc.mode == modeFailStop && (r.topicFailed || ps.failed) {
+	if r.holdLocked(rr) {
+		r.mu.Unlock()
+		return
+	}
+	a := r.handoffLocked(rr)
+	r.mu.Unlock()
+	r.korderProduce(a)
+}
+
+// holdLocked queues rr instead of handing it off if the transaction is
+// ending (or doomed), or, with the fail-stop protocol, if its partition or
+// the topic is failed.
+func (r *run) holdLocked(rr *rec) bool {
+	switch {
+	case r.rc.txn() && (!r.txnOpen || r.txnDoomed.Load() || len(r.txnQueue) > 0):
+		rr.state = recQueued
+		r.txnQueue = append(r.txnQueue, rr)
+		r.hist.add(evQueue, rr, nil, rr.part, "queued: transaction ending")
+		return true
+	case r.rc.mode == modeFailStop && !r.rc.txn() && (r.topicFailed || r.parts[rr.part].failed):
+		ps := r.parts[rr.part]
 		rr.state = recQueued
 		ps.queue = append(ps.queue, rr)
 		r.hist.add(evQueue, rr, nil, rr.part, "queued: partition failed")
-		return
+		return true
 	}
-	r.handoffLocked(rr)
+	return false
 }
 
-// handoffLocked produces one attempt of rr. run.mu is held: this fixes the
-// hand-off order per partition, and no promise can run inside Produce (they
-// run on kgo's promise goroutine); the hook can, and takes only leaf locks.
-// Produce never blocks here: the tokens keep the records in kgo far below
-// MaxBufferedRecords.
-func (r *run) handoffLocked(rr *rec) {
+// handoffLocked registers one attempt of rr. run.mu is held: this fixes the
+// hand-off order per partition. kgo attempts are produced right here (no
+// promise can run inside Produce, they run on kgo's promise goroutine; the
+// hook can, and takes only leaf locks; with MaxBufferedRecords set, TryProduce
+// never blocks, and otherwise the tokens keep kgo's buffer far below its
+// limit). A korder attempt is returned, to be produced by korderProduce once
+// run.mu is released: korder may block, and calls some promises inline.
+func (r *run) handoffLocked(rr *rec) *attempt {
 	ps := r.parts[rr.part]
 	a := &attempt{id: len(r.attempts), rec: rr, handoff: ps.next, epoch: ps.epoch, offset: -1}
 	ps.next++
@@ -408,15 +601,46 @@ func (r *run) handoffLocked(rr *rec) {
 	r.attempts = append(r.attempts, a)
 	rr.attempts = append(rr.attempts, a)
 	rr.state = recInflight
-	ctx := context.Background()
+	a.ctx = context.Background()
 	if rr.cancelOK && len(rr.attempts) == 1 {
+		// The first attempt of a cancelable record.
 		r.cancelMu.Lock()
-		ctx = r.cancelCtx
+		a.ctx = r.cancelCtx
 		r.cancelMu.Unlock()
 	}
-	kr := &kgo.Record{Topic: chaosTopic, Partition: rr.part, Key: []byte(rr.keyName()), Value: rr.value()}
-	r.hist.add(evProduce, rr, a, rr.part, fmt.Sprintf("handoff=%d epoch=%d", a.handoff, a.epoch))
-	r.cl.Produce(ctx, kr, func(kr *kgo.Record, err error) { r.promise(a, kr, err) })
+	if r.rc.txn() {
+		a.txn = r.txnSeq
+		r.txnAtts = append(r.txnAtts, a)
+		if rr.txnMark != r.txnSeq {
+			rr.txnMark = r.txnSeq
+			r.txnRecs = append(r.txnRecs, rr)
+		}
+	}
+	r.hist.add(evProduce, rr, a, rr.part, fmt.Sprintf("handoff=%d epoch=%d txn=%d", a.handoff, a.epoch, a.txn))
+	if r.rc.mode == modeKorder {
+		return a
+	}
+	kr := rr.record()
+	promise := func(kr *kgo.Record, err error) { r.promise(a, kr, err) }
+	if r.rc.maxBuffered > 0 {
+		r.cl.TryProduce(a.ctx, kr, promise)
+	} else {
+		r.cl.Produce(a.ctx, kr, promise)
+	}
+	return nil
+}
+
+// korderProduce produces a korder attempt; run.mu must not be held.
+func (r *run) korderProduce(a *attempt) {
+	if a == nil {
+		return
+	}
+	r.kp.Produce(a.ctx, a.rec.record(), func(kr *kgo.Record, err error) { r.promise(a, kr, err) })
+}
+
+// korderResume resumes the topic if korder stopped it.
+func (r *run) korderResume() {
+	r.kp.Resume(chaosTopic)
 }
 
 func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
@@ -435,18 +659,52 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		default:
 		}
 	}
+	if r.rc.txn() && !r.txnOpen && r.outstanding == 0 {
+		select {
+		case r.idle <- struct{}{}:
+		default:
+		}
+	}
 	ps := r.parts[rr.part]
 	ps.inflight--
 	a.err = err
 	if err == nil {
 		a.offset = kr.Offset
 		r.hist.add(evPromise, rr, a, rr.part, fmt.Sprintf("ok offset=%d", kr.Offset))
+		if r.rc.txn() {
+			rr.state = recPending
+			return
+		}
 		rr.state = recOK
 		r.resolveLocked(rr)
 		r.maybeWakeLocked(ps)
 		return
 	}
 	r.hist.add(evPromise, rr, a, rr.part, fmt.Sprintf("failed: %v", err))
+	if r.rc.mode == modeKorder {
+		// korder's outcome is final (in a transaction: if it
+		// commits). The record was dropped, diverted or stopped.
+		r.hardFails++
+		rr.hard++
+		what := korderOutcome(err)
+		switch {
+		case what == "" && !r.closing:
+			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped", rr, err)
+		case what == "stopped" && !r.rc.txn():
+			select {
+			case r.resumeCh <- struct{}{}:
+			default:
+			}
+		}
+		if r.rc.txn() && !r.closing {
+			rr.state, rr.settled = recSettled, what
+			return
+		}
+		rr.state, rr.outcome = recDropped, what
+		r.hist.add(evDrop, rr, nil, rr.part, "korder: "+what)
+		r.resolveLocked(rr)
+		return
+	}
 	if isPartitionFailed(err) {
 		r.rejected++
 	} else {
@@ -459,14 +717,19 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		return
 	}
 	rr.state = recFailed
-	switch r.rc.mode {
-	case modeNaive:
+	switch {
+	case r.rc.mode == modeNaive:
 		// Produce it again right away.
-		if r.giveUpLocked(rr) {
+		if r.giveUpLocked(rr) || r.holdLocked(rr) {
 			return
 		}
 		r.handoffLocked(rr)
-	case modeFailStop:
+	case r.rc.txn():
+		// The transaction cannot commit: end it, abort, produce it
+		// all again.
+		r.txnFailed = true
+		r.doomTxn()
+	default:
 		// Stop the partition (the hook may not have been handled
 		// yet); the coordinator produces it again once everything
 		// in flight for the partition has finished.
@@ -508,6 +771,223 @@ func (r *run) maybeAllDoneLocked() {
 		default:
 			close(r.allDone)
 		}
+	}
+}
+
+// txnLoop ends the transaction every txnEvery, or at once when it is doomed:
+// it stops hand-offs, waits for every attempt of the transaction, flushes,
+// tries to commit, and aborts if that fails. A committed transaction resolves
+// its records. After an abort, its records are produced again, in order, in
+// the next transaction (with the option on, a successful abort recovers the
+// partitions that failed in it), before the records held meanwhile.
+func (r *run) txnLoop(quit chan struct{}) {
+	t := time.NewTimer(r.rc.txnEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-quit:
+			return
+		case <-t.C:
+		case <-r.txnWake:
+		}
+		if !r.endTxn(quit) {
+			return
+		}
+		t.Reset(r.rc.txnEvery)
+	}
+}
+
+func (r *run) endTxn(quit chan struct{}) bool {
+	r.mu.Lock()
+	r.txnOpen = false
+	r.mu.Unlock()
+	for {
+		r.mu.Lock()
+		n := r.outstanding
+		r.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		select {
+		case <-r.idle:
+		case <-quit:
+			return false
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
+	defer cancel()
+	if err := r.flush(ctx); err != nil {
+		r.violate("txn", nil, "Flush before ending transaction %d: %v", r.txnSeq, err)
+		return false
+	}
+
+	r.mu.Lock()
+	seq, empty, failed := r.txnSeq, len(r.txnAtts) == 0, r.txnFailed
+	r.mu.Unlock()
+	// With nothing handed off, this only ends the client's state (kgo
+	// sends nothing).
+	err := r.cl.EndTransaction(ctx, kgo.TryCommit)
+	committed := err == nil
+	if !empty || err != nil {
+		r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("EndTransaction(%d, TryCommit): %v (a record failed in it: %v)", seq, err, failed))
+	}
+	if committed && failed && r.rc.mode != modeNaive {
+		r.violate("txn", nil, "transaction %d committed, although a record failed in it with the option on", seq)
+	}
+	if !committed {
+		var aerr error
+		for i := range 10 {
+			if aerr = r.cl.EndTransaction(ctx, kgo.TryAbort); aerr == nil {
+				break
+			}
+			r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("EndTransaction(%d, TryAbort) attempt %d: %v", seq, i, aerr))
+			if !sleepCtx(ctx, 10*time.Millisecond) {
+				break
+			}
+		}
+		if aerr != nil {
+			r.violate("txn", nil, "transaction %d: commit failed, and abort failed: %v", seq, aerr)
+			return false
+		}
+		r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("EndTransaction(%d, TryAbort): ok", seq))
+		if still := failedPartitions(r.cl); r.rc.mode != modeNaive && len(still) > 0 {
+			r.violate("txn", nil, "transaction %d aborted, yet partitions are still failed in kgo: %v", seq, still)
+		}
+	}
+
+	r.mu.Lock()
+	var carry []*rec
+	for _, a := range r.txnAtts {
+		a.committed = committed
+	}
+	for _, rr := range r.txnRecs {
+		switch rr.state {
+		case recPending:
+			if committed {
+				rr.state = recOK
+				r.resolveLocked(rr)
+				continue
+			}
+		case recSettled:
+			if committed {
+				rr.state, rr.outcome = recDropped, rr.settled
+				r.hist.add(evDrop, rr, nil, rr.part, "korder: "+rr.settled+", in a committed transaction")
+				r.resolveLocked(rr)
+				continue
+			}
+		case recFailed:
+		case recInflight:
+			r.violate("txn", []*rec{rr}, "%v still in flight when transaction %d ended", rr, seq)
+			continue
+		default: // dropped, or queued again (naive)
+			continue
+		}
+		// Aborted, or failed in a committed transaction: again.
+		if r.giveUpLocked(rr) {
+			continue
+		}
+		rr.state = recQueued
+		carry = append(carry, rr)
+	}
+	r.txnRecs, r.txnAtts = nil, nil
+	if !empty {
+		r.txnSeq++
+		if committed {
+			r.commits++
+		} else {
+			r.aborts++
+			r.recoveries++
+		}
+		// An abort recovers the partitions; a commit needed none.
+		for _, ps := range r.parts {
+			ps.epoch++
+		}
+	}
+	r.txnDoomed.Store(false)
+	r.txnFailed = false
+	queue := append(carry, r.txnQueue...)
+	r.txnQueue = nil
+	r.mu.Unlock()
+
+	var berr error
+	for i := range 10 {
+		if berr = r.cl.BeginTransaction(); berr == nil {
+			break
+		}
+		r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("BeginTransaction attempt %d: %v", i, berr))
+		if !sleepCtx(ctx, 10*time.Millisecond) {
+			break
+		}
+	}
+	if berr != nil {
+		r.violate("txn", nil, "BeginTransaction: %v", berr)
+		return false
+	}
+	if r.kp != nil {
+		r.korderResume() // a topic korder stopped continues in the new transaction
+	}
+	r.releaseTxn(queue)
+	return true
+}
+
+// releaseTxn hands off queue (then whatever was queued meanwhile) in order,
+// and opens the transaction. If it is doomed meanwhile, or full, the rest
+// stays queued, in order, for the next one (and new records queue behind).
+//
+// Full: with MaxBufferedRecords set, raw kgo and the naive baseline produce
+// with TryProduce, and a transaction's records are all buffered at once when
+// they are produced again after an abort; more than kgo may buffer would fail
+// (ErrMaxBuffered, the topic fails) and abort every time. So a released
+// transaction holds at most MaxBufferedRecords records; records the
+// producers add to an open transaction are not capped, which is where the
+// pressure comes from.
+func (r *run) releaseTxn(queue []*rec) {
+	full := func() bool {
+		return r.rc.maxBuffered > 0 && r.rc.mode != modeKorder && len(r.txnAtts) >= r.rc.maxBuffered
+	}
+	for {
+		r.mu.Lock()
+		if len(queue) == 0 {
+			queue, r.txnQueue = r.txnQueue, nil
+		}
+		if len(queue) == 0 || r.txnDoomed.Load() || full() {
+			r.txnQueue = append(queue, r.txnQueue...)
+			r.txnOpen = true
+			if len(r.txnQueue) > 0 {
+				select {
+				case r.txnWake <- struct{}{}:
+				default:
+				}
+			}
+			r.mu.Unlock()
+			return
+		}
+		var todo []*attempt
+		for i, rr := range queue {
+			if r.txnDoomed.Load() || full() {
+				r.txnQueue = append(slices.Clone(queue[i:]), r.txnQueue...)
+				break
+			}
+			if a := r.handoffLocked(rr); a != nil {
+				todo = append(todo, a)
+			}
+		}
+		queue = nil
+		r.mu.Unlock()
+		for _, a := range todo {
+			r.korderProduce(a)
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
@@ -643,48 +1123,83 @@ func settleGoroutines(before int) bool {
 	}
 }
 
-// readBack reads every partition from the start with a separate client.
-func (r *run) readBack() [][]*kgo.Record {
-	logs := make([][]*kgo.Record, r.rc.partitions)
-	want := make(map[int32]int64)
-	offsets := make(map[int32]kgo.Offset)
-	for p := range r.rc.partitions {
-		hwm := r.c.PartitionInfo(chaosTopic, int32(p)).HighWatermark
-		if hwm > 0 {
-			want[int32(p)] = hwm
-			offsets[int32(p)] = kgo.NewOffset().AtStart()
+// readBack reads every partition of the topic, and the dead-letter topic,
+// from the start with a separate client. In a transactional run it reads
+// committed records only: it first writes an end marker (key endKey, outside
+// any transaction) to every partition, and reads each up to its marker.
+func (r *run) readBack() (logs [][]*kgo.Record, dlq []*kgo.Record) {
+	logs = make([][]*kgo.Record, r.rc.partitions)
+	type tp struct {
+		topic string
+		part  int32
+	}
+	want := make(map[tp]int64)
+	offsets := map[string]map[int32]kgo.Offset{chaosTopic: {}, dlqTopic: {}}
+	for p := range r.rc.partitions + 1 {
+		k := tp{chaosTopic, int32(p)}
+		if p == r.rc.partitions {
+			k = tp{dlqTopic, 0}
+		}
+		hwm := r.c.PartitionInfo(k.topic, k.part).HighWatermark
+		if hwm > 0 || r.rc.txn() {
+			want[k] = hwm
+			offsets[k.topic][k.part] = kgo.NewOffset().AtStart()
 		}
 	}
 	if len(want) == 0 {
-		return logs
+		return logs, nil
 	}
-	cons, err := kgo.NewClient(
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(r.c.ListenAddrs()...),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{chaosTopic: offsets}),
-		kgo.FetchMaxWait(50*time.Millisecond),
-	)
+		kgo.ConsumePartitions(offsets),
+		kgo.FetchMaxWait(50 * time.Millisecond),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+	}
+	if r.rc.txn() {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cons, err := kgo.NewClient(opts...)
 	if err != nil {
 		r.violate("readback", nil, "consumer: %v", err)
-		return logs
+		return logs, nil
 	}
 	defer cons.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*stepTimeout)
 	defer cancel()
+	if r.rc.txn() {
+		var markers []*kgo.Record
+		for k := range want {
+			markers = append(markers, &kgo.Record{Topic: k.topic, Partition: k.part, Key: []byte(endKey)})
+		}
+		if err := cons.ProduceSync(ctx, markers...).FirstErr(); err != nil {
+			r.violate("readback", nil, "writing the end markers: %v", err)
+			return logs, nil
+		}
+	}
 	for len(want) > 0 {
 		fs := cons.PollFetches(ctx)
 		if ctx.Err() != nil {
 			r.violate("readback", nil, "reading the log back: %v (partitions left: %v)", ctx.Err(), want)
-			return logs
+			return logs, dlq
 		}
 		fs.EachError(func(t string, p int32, err error) {
 			r.hist.add(evLog, nil, nil, p, fmt.Sprintf("consumer error %s/%d: %v", t, p, err))
 		})
 		fs.EachRecord(func(kr *kgo.Record) {
-			logs[kr.Partition] = append(logs[kr.Partition], kr)
-			if hwm, ok := want[kr.Partition]; ok && kr.Offset >= hwm-1 {
-				delete(want, kr.Partition)
+			k := tp{kr.Topic, kr.Partition}
+			if string(kr.Key) == endKey {
+				delete(want, k)
+				return
+			}
+			if kr.Topic == dlqTopic {
+				dlq = append(dlq, kr)
+			} else {
+				logs[kr.Partition] = append(logs[kr.Partition], kr)
+			}
+			if hwm, ok := want[k]; ok && !r.rc.txn() && kr.Offset >= hwm-1 {
+				delete(want, k)
 			}
 		})
 	}
-	return logs
+	return logs, dlq
 }

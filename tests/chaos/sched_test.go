@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -23,9 +27,20 @@ type scheduler struct {
 	releases []func()
 	timed    map[int][]func()
 	stopped  atomic.Bool
+
+	nodes map[int32]string // live brokers: node ID -> address
+	down  int32            // the removed broker, -1 if none
+	port  int              // its port, to add it back on
 }
 
-func newScheduler(r *run) *scheduler { return &scheduler{r: r, timed: make(map[int][]func())} }
+func newScheduler(r *run) *scheduler {
+	s := &scheduler{r: r, timed: make(map[int][]func()), nodes: make(map[int32]string), down: -1}
+	// kfake numbers its brokers from 0, in ListenAddrs order.
+	for i, addr := range r.c.ListenAddrs() {
+		s.nodes[int32(i)] = addr
+	}
+	return s
+}
 
 func (s *scheduler) note(format string, args ...any) {
 	line := fmt.Sprintf("t=%-6v tick=%-3d ", time.Since(s.r.start).Truncate(time.Millisecond), s.n) + fmt.Sprintf(format, args...)
@@ -54,12 +69,12 @@ func (s *scheduler) loop(quit chan struct{}) {
 
 func (s *scheduler) after(ticks int, fn func()) { s.timed[s.n+ticks] = append(s.timed[s.n+ticks], fn) }
 
-var nonRetryable = []*kerr.Error{kerr.InvalidRecord, kerr.PolicyViolation, kerr.CorruptMessage}
+var nonRetryable = []*kerr.Error{kerr.InvalidRecord, kerr.MessageTooLarge, kerr.CorruptMessage, kerr.PolicyViolation, kerr.TopicAuthorizationFailed}
 
 func (s *scheduler) inject() {
 	r, rc, ch := s.r, s.r.rc, s.r.ch
 	c := r.c
-	switch ch.intn(10) {
+	switch ch.intn(12) {
 	case 3: // a broker error, answered to the next N requests for a partition
 		e := nonRetryable[ch.intn(len(nonRetryable))]
 		p := int32(ch.intn(rc.partitions))
@@ -112,11 +127,53 @@ func (s *scheduler) inject() {
 		r.cancelMu.Unlock()
 		cancel()
 		s.note("cancel record contexts")
+	case 9: // remove a broker (its connections die with it), add it back later
+		if rc.brokers < 2 || s.down >= 0 {
+			return
+		}
+		ids := slices.Sorted(maps.Keys(s.nodes))
+		node := ids[ch.intn(len(ids))]
+		ticks := 1 + ch.intn(6)
+		addr := s.nodes[node]
+		if err := c.RemoveNode(node); err != nil {
+			s.note("remove broker %d (%s): %v", node, addr, err)
+			return
+		}
+		killed := r.gates.kill(addr)
+		s.note("remove broker %d (%s) for %d ticks, %d connections closed", node, addr, ticks, killed)
+		_, port, _ := net.SplitHostPort(addr)
+		s.port, _ = strconv.Atoi(port)
+		s.down = node
+		delete(s.nodes, node)
+		s.after(ticks, s.addBack)
+	case 10: // the next record created is too large for a batch
+		r.jumboNext.Store(true)
+		s.note("the next record is too large for a batch")
+	}
+}
+
+// addBack adds the removed broker back, on its old port if it can.
+func (s *scheduler) addBack() {
+	if s.down < 0 {
+		return
+	}
+	c := s.r.c
+	node, port, err := c.AddNode(s.down, s.port)
+	if err != nil {
+		// The port was taken meanwhile: a new one; the client learns it
+		// from metadata.
+		node, port, err = c.AddNode(s.down, 0)
+	}
+	s.note("add broker %d back on port %d: err=%v", node, port, err)
+	if err == nil {
+		s.nodes[node] = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.down = -1
 	}
 }
 
 func (s *scheduler) stop() {
 	s.stopped.Store(true)
+	s.addBack()
 	for _, h := range s.handles {
 		h.Remove()
 	}

@@ -2,11 +2,16 @@
 
 package chaos_test
 
-import "github.com/twmb/franz-go/pkg/kgo"
+import (
+	"errors"
 
-// Stand-ins for shim_patched_test.go, for building the harness against
-// pristine franz-go v1.22.3, which has no FailPartitionOnProduceFailure. Only
-// the naive, option-off baseline can run there.
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Stand-ins for shim_patched_test.go and korder_patched_test.go, for building
+// the harness against pristine franz-go v1.22.3, which has no
+// FailPartitionOnProduceFailure (and so no korder). Only the naive, option-off
+// baseline can run there.
 
 const failStopAvailable = false
 
@@ -17,3 +22,11 @@ func recoverPartitions(*kgo.Client, map[string][]int32) {}
 func failedPartitions(*kgo.Client) map[string][]int32 { return nil }
 
 func isPartitionFailed(error) bool { return false }
+
+func newOrderedProducer(runConfig, []kgo.Opt) (orderedProducer, *kgo.Client, error) {
+	return nil, nil, errors.New("korder needs the patched franz-go")
+}
+
+func korderOutcome(error) string { return "" }
+
+func korderStats(orderedProducer) string { return "" }

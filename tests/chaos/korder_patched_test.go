@@ -1,0 +1,60 @@
+//go:build !pristine
+
+package chaos_test
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
+)
+
+// korderPolicies are the policy sets of the korder sides (see sides).
+func korderPolicies(side string) []korder.Policy {
+	switch side {
+	case "korder-retry":
+		return []korder.Policy{korder.Retry(3, 5*time.Millisecond)} // then Stop
+	case "korder-isolate":
+		return []korder.Policy{korder.Isolate(), korder.Drop()}
+	case "korder-deadletter":
+		return []korder.Policy{korder.DeadLetter(dlqTopic).QuarantineKeys()} // then Stop
+	case "korder-drop":
+		return []korder.Policy{korder.Drop()}
+	case "korder-stop":
+		return []korder.Policy{korder.Stop()}
+	}
+	panic("unknown korder side " + side)
+}
+
+// newOrderedProducer builds the korder.Producer of a modeKorder run.
+func newOrderedProducer(rc runConfig, opts []kgo.Opt) (orderedProducer, *kgo.Client, error) {
+	p, err := korder.NewProducer(opts, korder.WithPolicies(korderPolicies(sides[rc.side])...))
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, p.Client(), nil
+}
+
+// korderOutcome names korder's final error, "" if it wraps none of korder's.
+func korderOutcome(err error) string {
+	switch {
+	case errors.Is(err, korder.ErrDropped):
+		return "dropped"
+	case errors.Is(err, korder.ErrDeadLettered):
+		return "dead-lettered"
+	case errors.Is(err, korder.ErrStopped):
+		return "stopped"
+	case errors.Is(err, korder.ErrClosed):
+		return "closed"
+	}
+	return ""
+}
+
+func korderStats(op orderedProducer) string {
+	s := op.(*korder.Producer).Stats()
+	return fmt.Sprintf("korder{failures=%d retries=%d isolations=%d deadlettered=%d dropped=%d stopped=%d quarantined=%d}",
+		s.Failures, s.Retries, s.Isolations, s.DeadLettered, s.Dropped, s.Stopped, s.Quarantined)
+}
