@@ -30,6 +30,9 @@ import (
 //   - impl=kgo is raw kgo as an application uses it without this
 //     repository: FailPartitionOnProduceFailure off, so a failed record is
 //     only reported to its promise and the partition carries on.
+//   - impl=kgo+closure is raw kgo with each promise wrapped in a closure
+//     that only calls it: the least any wrapper that sees each record's
+//     outcome can cost, as a floor for impl=korder.
 //   - impl=korder is a Producer (the option on, and its hook) with
 //     WithPolicies(Retry(10, 0)): a failed record is produced again, in
 //     order, at once. Backoff 0 because the injected failures are transient
@@ -71,6 +74,17 @@ func BenchmarkProduce(b *testing.B) {
 				}
 				defer cl.Close()
 				benchRun(b, cl.Produce, cl.Flush, true)
+			})
+			b.Run("impl=kgo+closure", func(b *testing.B) {
+				cl, err := kgo.NewClient(kopts...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer cl.Close()
+				produce := func(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+					cl.Produce(ctx, r, func(r *kgo.Record, err error) { promise(r, err) })
+				}
+				benchRun(b, produce, cl.Flush, true)
 			})
 			b.Run("impl=korder", func(b *testing.B) {
 				p, err := korder.NewProducer(kopts, korder.WithPolicies(korder.Retry(10, 0)))

@@ -74,7 +74,6 @@ type Producer struct {
 	// Produce path; topics changes only when a topic is first seen.
 	fast atomic.Pointer[map[string]*topicState]
 	last atomic.Pointer[topicState] // the last topic fastTopic found
-	recs sync.Pool                  // *fastRec
 
 	mu     sync.Mutex
 	topics map[string]*topicState
@@ -126,11 +125,6 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:    defaultConfig(),
 		topics: make(map[string]*topicState),
-	}
-	p.recs.New = func() any {
-		fr := &fastRec{p: p}
-		fr.done = fr.finish
-		return fr
 	}
 	for _, o := range opts {
 		o(&p.cfg)
@@ -227,9 +221,19 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	if ts := p.fastTopic(r.Topic); ts != nil && !ts.slow.Load() {
 		ts.inflight.Add(1)
 		if !ts.slow.Load() {
-			fr := p.recs.Get().(*fastRec)
-			fr.ts, fr.seq, fr.ctx, fr.promise = ts, ts.seq.Add(1), ctx, promise
-			p.cl.Produce(ctx, r, fr.done)
+			seq := ts.seq.Add(1)
+			p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+				if err == nil || !isProduceFailure(err) {
+					if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
+						p.mu.Lock()
+						p.maybeRecoverLocked(ts)
+						p.mu.Unlock()
+					}
+					promise(r, closedErr(err))
+					return
+				}
+				p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+			})
 			return
 		}
 		// A recovery began: back out and take the locked path.
@@ -302,34 +306,6 @@ func (p *Producer) fastTopic(topic string) *topicState {
 		p.last.Store(ts)
 	}
 	return ts
-}
-
-// fastRec carries a record produced on the lock-free path to its kgo
-// promise. Producer.recs pools them, with the promise bound once, so that
-// the path allocates nothing of its own.
-type fastRec struct {
-	p       *Producer // fixed
-	ts      *topicState
-	seq     uint64
-	ctx     context.Context
-	promise func(*kgo.Record, error)
-	done    func(*kgo.Record, error) // fr.finish
-}
-
-func (fr *fastRec) finish(r *kgo.Record, err error) {
-	p, ts, seq, ctx, promise := fr.p, fr.ts, fr.seq, fr.ctx, fr.promise
-	fr.ts, fr.ctx, fr.promise = nil, nil, nil
-	p.recs.Put(fr)
-	if err == nil || !isProduceFailure(err) {
-		if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
-			p.mu.Lock()
-			p.maybeRecoverLocked(ts)
-			p.mu.Unlock()
-		}
-		promise(r, closedErr(err))
-		return
-	}
-	p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
 }
 
 // finished is the kgo promise of every record the Producer hands to kgo
