@@ -115,6 +115,19 @@ func produceWait(ctx context.Context, cl *kgo.Client, r *kgo.Record) (time.Time,
 	return d.at, d.err
 }
 
+// warmFailStop returns a cluster with 8 partitions and a client with the
+// option and h, warmed up with one record to partition 0.
+func warmFailStop(ctx context.Context, b *testing.B) (*kfake.Cluster, *benchHook, *kgo.Client) {
+	b.Helper()
+	c := newCluster(b, 8)
+	h := newBenchHook()
+	cl := newFailStopClient(b, c, h)
+	if _, err := produceWait(ctx, cl, rec0()); err != nil {
+		b.Fatalf("warm-up produce: %v", err)
+	}
+	return c, h, cl
+}
+
 // BenchmarkRejected measures the rejection path while a partition is
 // failed, through a connected client: Produce of a record to the failed
 // partition, until its promise has been called with
@@ -123,15 +136,9 @@ func produceWait(ctx context.Context, cl *kgo.Client, r *kgo.Record) (time.Time,
 // path inside kgo, with no broker.)
 func BenchmarkRejected(b *testing.B) {
 	ctx := context.Background()
-	c := newCluster(b, 8)
+	c, h, cl := warmFailStop(ctx, b)
 	defer c.Close()
-	h := newBenchHook()
-	cl := newFailStopClient(b, c, h)
 	defer cl.Close()
-
-	if _, err := produceWait(ctx, cl, rec0()); err != nil {
-		b.Fatalf("warm-up produce: %v", err)
-	}
 	failPartition0(c, nil)
 	if _, err := produceWait(ctx, cl, rec0()); !errors.Is(err, kerr.InvalidRecord) {
 		b.Fatalf("the failing produce finished with %v, want INVALID_RECORD", err)
@@ -193,15 +200,9 @@ func BenchmarkRejected(b *testing.B) {
 //   - ns/op: the whole iteration (three produce round trips and the waits).
 func BenchmarkRecovery(b *testing.B) {
 	ctx := context.Background()
-	c := newCluster(b, 8)
+	c, h, cl := warmFailStop(ctx, b)
 	defer c.Close()
-	h := newBenchHook()
-	cl := newFailStopClient(b, c, h)
 	defer cl.Close()
-
-	if _, err := produceWait(ctx, cl, rec0()); err != nil {
-		b.Fatalf("warm-up produce: %v", err)
-	}
 
 	var faultAt atomic.Int64
 	readToHook := make([]time.Duration, 0, b.N)
