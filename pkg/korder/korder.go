@@ -459,7 +459,18 @@ func (p *Producer) Close() {
 func (p *Producer) Resume(topic string) {
 	p.mu.Lock()
 	ts := p.topics[topic]
-	resumed := ts != nil && ts.stopped != nil
+	stopped := ts != nil && ts.stopped != nil
+	p.mu.Unlock()
+	if !stopped {
+		return
+	}
+	// Recover kgo first, while the topic is still stopped: a stopped
+	// topic hands nothing to kgo, so no record produced after the Resume
+	// can be rejected by a failed partition, and then be overtaken by a
+	// later record produced once the partition is recovered.
+	p.recoverKgo(topic)
+	p.mu.Lock()
+	resumed := ts.stopped != nil // not by a concurrent Resume
 	if resumed {
 		ts.stopped = nil
 		p.updateSlowLocked(ts)
@@ -467,7 +478,6 @@ func (p *Producer) Resume(topic string) {
 	}
 	p.mu.Unlock()
 	if resumed {
-		p.recoverKgo(topic)
 		p.logf(kgo.LogLevelInfo, "korder: resumed stopped topic", "topic", topic)
 	}
 }
