@@ -54,26 +54,36 @@ func newProducer(t *testing.T, c *kfake.Cluster, kopts []kgo.Opt, opts ...korder
 	return p
 }
 
-// poison faults every produce request whose batch holds a record with the
-// value "POISON" with INVALID_RECORD, failing the whole batch, as a broker
-// does when one record of a batch is invalid.
+// poison faults, with INVALID_RECORD, every batch of the topic that holds
+// a record with the value "POISON", failing the whole batch, as a broker
+// does when one record of a batch is invalid. Only that partition's batch
+// of the request fails: a fault per partition.
 func poison(c *kfake.Cluster) *kfake.FaultHandle {
-	return c.Fault(kfake.Fault{
-		Keys:  []kmsg.Key{kmsg.Produce},
-		Topic: topic,
-		Err:   kerr.InvalidRecord,
-		Count: -1,
-		When: func(req kmsg.Request) bool {
-			for _, t := range req.(*kmsg.ProduceRequest).Topics {
-				for _, p := range t.Partitions {
-					if bytes.Contains(p.Records, []byte("POISON")) {
-						return true
+	id := c.TopicInfo(topic).TopicID
+	var faults []kfake.Fault
+	for part := range int32(8) {
+		faults = append(faults, kfake.Fault{
+			Keys:       []kmsg.Key{kmsg.Produce},
+			Topic:      topic,
+			Partitions: []int32{part},
+			Err:        kerr.InvalidRecord,
+			Count:      -1,
+			When: func(req kmsg.Request) bool {
+				for _, t := range req.(*kmsg.ProduceRequest).Topics {
+					if t.Topic != topic && t.TopicID != id {
+						continue
+					}
+					for _, p := range t.Partitions {
+						if p.Partition == part && bytes.Contains(p.Records, []byte("POISON")) {
+							return true
+						}
 					}
 				}
-			}
-			return false
-		},
-	})
+				return false
+			},
+		})
+	}
+	return c.Fault(faults...)
 }
 
 // promises records every promise call, to check each is called once.
