@@ -11,10 +11,10 @@
 // collecting the failed and rejected records in order, recovering, producing
 // them again, and resuming. A Producer does all of that:
 //
-//   - When a topic has a failure, new Produce calls for that topic are held,
-//     in order, while other topics keep flowing.
-//   - Once every record already handed to kgo for the topic has finished,
-//     the failed and rejected records are run through the policies, in the
+//   - When a topic (or, see below, a partition) has a failure, new Produce
+//     calls for it are held, in order, while the rest keeps flowing.
+//   - Once every record already handed to kgo for it has finished, the
+//     failed and rejected records are run through the policies, in the
 //     order they were produced: Retry, Isolate, DeadLetter, Drop or Stop.
 //   - The partitions are recovered, the records the policies kept are
 //     produced again in order, and the held records are released in order.
@@ -24,16 +24,42 @@
 // as with kgo), minus the records a policy explicitly diverted or dropped.
 // Every promise is called exactly once, with the final outcome.
 //
-// Holds are per topic: kgo picks a record's partition inside Produce, with
-// a pluggable partitioner, so the producer cannot know which partition a
-// held record would go to. A failure on one partition therefore briefly
-// holds the whole topic.
+// # Per-topic and per-partition holds
+//
+// Holds are per topic unless the Producer knows which partition every record
+// goes to: kgo picks a record's partition inside Produce, with a pluggable
+// partitioner, so in general a held record's partition is unknown, and a
+// failure on one partition briefly holds the whole topic.
+//
+// Holds are per partition when the client's partitioner is
+// kgo.ManualPartitioner(), which puts every record in its Partition field
+// (kgo.RecordPartitioner(kgo.ManualPartitioner())), and TopicHolds is not
+// given. The unit of holding and recovery is then a topic's partition: a
+// failure of partition P holds only records produced to P, and the other
+// partitions of the topic keep flowing. A failure before partitioning (kgo
+// reports it for the whole topic: a record larger than MaxBufferedBytes,
+// ErrMaxBuffered, a context cancelled while Produce was blocked, an unknown
+// topic) holds every partition of the topic, including partitions not
+// produced to yet, until each has finished what it had in flight; then the
+// topic is recovered and each partition recovers on its own. Quarantine,
+// Stop and MaxHeld then apply per partition too: a key is quarantined in the
+// partition whose record was diverted, Stop stops only the failed partition
+// (Resume resumes every stopped partition of the topic), and each partition
+// holds up to MaxHeld records.
+//
+// The Producer recognizes kgo.ManualPartitioner() by its type (that of every
+// kgo.BasicConsistentPartitioner) and, for each topic, by asking it to
+// partition a few probe records with different keys and Partition fields:
+// only a partitioner that picks the Partition field every time gets
+// per-partition holds. Any other partitioner, including a
+// BasicConsistentPartitioner that hashes keys, gets per-topic holds.
 package korder
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -52,8 +78,9 @@ var (
 	ErrDropped = errors.New("korder: record dropped after a produce failure")
 
 	// ErrStopped is the error (wrapping the cause) a record's promise gets
-	// when Stop stopped its topic: the record that failed, every record
-	// after it, and every record produced to the topic until Resume.
+	// when Stop stopped its topic (with per-partition holds, its
+	// partition): the record that failed, every record after it, and every
+	// record produced to the topic (partition) until Resume.
 	ErrStopped = errors.New("korder: topic stopped after a produce failure")
 
 	// ErrClosed is the error a record's promise gets if the Producer is
@@ -70,15 +97,21 @@ type Producer struct {
 	cl  *kgo.Client
 	cfg config
 
+	// basic is whether the client's partitioner has the type of
+	// kgo.ManualPartitioner() and TopicHolds was not given: each topic's
+	// partitioner is then probed when the topic is first seen.
+	basic bool
+
 	// fast is a copy-on-write snapshot of topics for the lock-free
 	// Produce path; topics changes only when a topic is first seen.
 	fast atomic.Pointer[map[string]*topicState]
 	last atomic.Pointer[topicState] // the last topic fastTopic found
 
-	mu     sync.Mutex
-	topics map[string]*topicState
-	closed bool
-	stats  Stats
+	mu       sync.Mutex
+	topics   map[string]*topicState
+	closed   bool
+	stats    Stats
+	partHold map[string]map[int32]time.Duration // per-partition holds: finished holds
 }
 
 // pending is one record produced through the Producer, until its promise is
@@ -92,8 +125,39 @@ type pending struct {
 	attempts int   // produce attempts during recovery
 }
 
+// topicState is a topic: with per-topic holds, its one unit; with
+// per-partition holds, a unit per partition and the coordination of
+// failures of the whole topic.
 type topicState struct {
 	name string
+
+	whole *unit // per-topic holds: the topic's unit; nil with per-partition holds
+
+	// Per-partition holds. parts is a copy-on-write snapshot of units for
+	// the lock-free Produce path, indexed by partition (nil where no unit
+	// exists yet, and only for partitions below maxFastPartition).
+	parts atomic.Pointer[[]*unit]
+	units map[int32]*unit
+
+	// Per-partition holds: a failure of the whole topic (kgo's partition
+	// -1). While topicFailed, every unit holds; once every unit is
+	// quiescent (parked in its recovery with nothing in kgo, or stopped),
+	// one of them recovers the topic in kgo (healing), then each unit
+	// recovers its own partition. See gate.
+	topicFailed bool
+	healing     bool
+	space       chan struct{} // closed when a unit may have become quiescent, or the topic recovered
+}
+
+// maxFastPartition bounds the lock-free path's per-partition snapshot: a
+// record to a higher partition number takes the locked path.
+const maxFastPartition = 1 << 14
+
+// unit is the unit of holding and recovery: a topic with per-topic holds, a
+// topic's partition with per-partition holds.
+type unit struct {
+	t         *topicState
+	partition int32 // per-partition holds; -1 for a whole topic
 
 	// While slow is false (no recovery, hold, stop or quarantine, and not
 	// closed), Produce hands records to kgo without taking the Producer's
@@ -103,18 +167,30 @@ type topicState struct {
 	// recovery can start.
 	slow     atomic.Bool
 	inflight atomic.Int64  // records handed to kgo whose promise has not run
-	seq      atomic.Uint64 // Produce order within the topic
+	seq      atomic.Uint64 // Produce order within the unit
 
 	failed []*pending // failed or rejected since the failure, in any order
-	held   []*pending // produced while the topic recovers, in order
+	held   []*pending // produced while the unit recovers, in order
 
 	recovering bool          // a failure was seen: hold new records
 	running    bool          // a recovery goroutine is at work
+	parked     bool          // the recovery waits in gate, with nothing in kgo
 	stopped    error         // Stop: fail everything until Resume
 	space      chan struct{} // closed when held shrinks or the state changes
 	holdStart  time.Time
 
 	quarantined map[string]error // keys whose records go to the dead-letter topic
+}
+
+// perPartition returns whether u is one partition of its topic.
+func (u *unit) perPartition() bool { return u.t.whole == nil }
+
+// logKVs returns the unit's coordinates for a log line, followed by kvs.
+func (u *unit) logKVs(kvs ...any) []any {
+	if u.perPartition() {
+		return append([]any{"topic", u.t.name, "partition", u.partition}, kvs...)
+	}
+	return append([]any{"topic", u.t.name}, kvs...)
 }
 
 // NewProducer returns a Producer around a new kgo client built from kopts,
@@ -138,14 +214,46 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.cl = cl
+	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+	p.basic = !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner())
 	return p, nil
+}
+
+// manualFor returns whether the client's partitioner puts every record of
+// topic in its Partition field, as kgo.ManualPartitioner() does. Its type,
+// checked in NewProducer, is that of every kgo.BasicConsistentPartitioner,
+// so it is asked to partition probe records: a partitioner that derives the
+// partition from anything else (a key, a counter, the partition count)
+// misses at least one of them. A partitioner that panics is not manual.
+func (p *Producer) manualFor(topic string) (manual bool) {
+	if !p.basic {
+		return false
+	}
+	defer func() {
+		if recover() != nil {
+			manual = false
+		}
+	}()
+	part, _ := p.cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
+	tp := part.ForTopic(topic)
+	for _, key := range [][]byte{nil, []byte("korder-probe-a"), []byte("korder-probe-b")} {
+		for _, n := range []int{1 << 20, 1<<20 + 7} {
+			for _, partition := range []int32{3, 0, 7, 1, 1<<20 - 1, 2} {
+				r := &kgo.Record{Topic: topic, Key: key, Partition: partition}
+				if !tp.RequiresConsistency(r) || tp.Partition(r, n) != int(partition) {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }
 
 // Client returns the underlying kgo client. Producing through it directly
 // bypasses the Producer's ordering protocol.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// hook is the Producer's kgo.HookProducePartitionFailed: it marks the topic
+// hook is the Producer's kgo.HookProducePartitionFailed: it marks the unit
 // as recovering at once, so that the next Produce call for it is held. It
 // runs on a kgo goroutine and only takes the Producer's mutex briefly.
 type hook struct{ p *Producer }
@@ -156,16 +264,58 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	defer p.mu.Unlock()
 	ts := p.topicLocked(topic)
 	p.stats.Failures++
-	p.logf(kgo.LogLevelWarn, "korder: produce failed, holding the topic until its records are recovered", "topic", topic, "partition", partition, "err", err)
-	p.beginRecoveryLocked(ts)
-	p.maybeRecoverLocked(ts)
+	switch {
+	case ts.whole != nil:
+		p.logf(kgo.LogLevelWarn, "korder: produce failed, holding the topic until its records are recovered", "topic", topic, "partition", partition, "err", err)
+		p.beginRecoveryLocked(ts.whole)
+		p.maybeRecoverLocked(ts.whole)
+	case partition < 0:
+		p.logf(kgo.LogLevelWarn, "korder: produce failed before partitioning, holding every partition of the topic until its records are recovered", "topic", topic, "err", err)
+		// A late hook, for a failure that the units' gate already saw
+		// and recovered, finds kgo recovered: nothing to do.
+		if p.kgoTopicFailed(topic) {
+			p.failTopicLocked(ts)
+		}
+	default:
+		p.logf(kgo.LogLevelWarn, "korder: produce failed, holding the partition until its records are recovered", "topic", topic, "partition", partition, "err", err)
+		u := p.unitLocked(topic, partition)
+		p.beginRecoveryLocked(u)
+		p.maybeRecoverLocked(u)
+	}
+}
+
+// kgoTopicFailed returns whether kgo has failed topic as a whole (partition
+// -1). It takes only kgo's leaf lock, so it may be called under p.mu.
+func (p *Producer) kgoTopicFailed(topic string) bool {
+	return slices.Contains(p.cl.FailedProducePartitions()[topic], -1)
+}
+
+// failTopicLocked holds every unit of a topic with per-partition holds
+// after kgo failed the topic as a whole: each unit recovers once what it
+// has in flight finishes, and its recovery waits in gate until the topic is
+// recovered. Units created while the topic is failed start held
+// (unitLocked). A stopped unit has nothing in kgo and takes nothing new: it
+// is left alone.
+func (p *Producer) failTopicLocked(ts *topicState) {
+	ts.topicFailed = true
+	for _, u := range ts.units {
+		if u.stopped == nil {
+			p.beginRecoveryLocked(u)
+			p.maybeRecoverLocked(u)
+		}
+	}
+	ts.wakeLocked()
 }
 
 func (p *Producer) topicLocked(topic string) *topicState {
 	ts := p.topics[topic]
 	if ts == nil {
 		ts = &topicState{name: topic, space: make(chan struct{})}
-		ts.slow.Store(p.closed)
+		if p.manualFor(topic) {
+			ts.units = make(map[int32]*unit)
+		} else {
+			ts.whole = p.newUnitLocked(ts, -1)
+		}
 		p.topics[topic] = ts
 		fast := make(map[string]*topicState, len(p.topics))
 		for name, ts := range p.topics {
@@ -176,34 +326,102 @@ func (p *Producer) topicLocked(topic string) *topicState {
 	return ts
 }
 
-func (p *Producer) beginRecoveryLocked(ts *topicState) {
-	if !ts.recovering {
-		ts.recovering = true
-		ts.holdStart = time.Now()
+func (p *Producer) newUnitLocked(ts *topicState, partition int32) *unit {
+	u := &unit{t: ts, partition: partition, space: make(chan struct{})}
+	u.slow.Store(p.closed)
+	return u
+}
+
+// unitLocked returns the unit of a record produced to topic and partition:
+// the topic's with per-topic holds, the partition's otherwise.
+func (p *Producer) unitLocked(topic string, partition int32) *unit {
+	ts := p.topicLocked(topic)
+	if ts.whole != nil {
+		return ts.whole
 	}
-	p.updateSlowLocked(ts)
+	u := ts.units[partition]
+	if u != nil {
+		return u
+	}
+	u = p.newUnitLocked(ts, partition)
+	ts.units[partition] = u
+	if ts.topicFailed {
+		// Hold from the start: a record produced now would be rejected
+		// by the failed topic, and must not be overtaken by a later one
+		// once the topic recovers.
+		p.beginRecoveryLocked(u)
+		p.maybeRecoverLocked(u)
+	}
+	if partition >= 0 && partition < maxFastPartition {
+		// Publish the unit to the lock-free path once its state is set.
+		var parts []*unit
+		if old := ts.parts.Load(); old != nil {
+			parts = *old
+		}
+		next := make([]*unit, max(len(parts), int(partition)+1))
+		copy(next, parts)
+		next[partition] = u
+		ts.parts.Store(&next)
+	}
+	return u
 }
 
-// updateSlowLocked sets whether Produce must take the locked path for ts.
-func (p *Producer) updateSlowLocked(ts *topicState) {
-	ts.slow.Store(ts.recovering || ts.running || ts.stopped != nil || len(ts.held) > 0 || len(ts.quarantined) > 0 || p.closed)
+// eachUnitLocked calls fn for every unit.
+func (p *Producer) eachUnitLocked(fn func(*unit)) {
+	for _, ts := range p.topics {
+		ts.eachUnit(fn)
+	}
 }
 
-// wakeLocked wakes everything waiting on the topic's state.
+// eachUnit calls fn for every unit of the topic; under p.mu.
+func (ts *topicState) eachUnit(fn func(*unit)) {
+	if ts.whole != nil {
+		fn(ts.whole)
+		return
+	}
+	for _, u := range ts.units {
+		fn(u)
+	}
+}
+
+func (p *Producer) beginRecoveryLocked(u *unit) {
+	if !u.recovering {
+		u.recovering = true
+		u.holdStart = time.Now()
+	}
+	p.updateSlowLocked(u)
+}
+
+// updateSlowLocked sets whether Produce must take the locked path for u.
+func (p *Producer) updateSlowLocked(u *unit) {
+	u.slow.Store(u.recovering || u.running || u.stopped != nil || len(u.held) > 0 || len(u.quarantined) > 0 || p.closed)
+}
+
+// wakeLocked wakes everything waiting on the unit's state, and, while its
+// topic is failed as a whole, the units waiting in gate, since the unit may
+// have become quiescent.
+func (u *unit) wakeLocked() {
+	close(u.space)
+	u.space = make(chan struct{})
+	if u.t.topicFailed {
+		u.t.wakeLocked()
+	}
+}
+
 func (ts *topicState) wakeLocked() {
 	close(ts.space)
 	ts.space = make(chan struct{})
 }
 
 // Produce produces r with kgo's semantics, keeping per-partition order
-// across failures: if r's topic is recovering from a failure, r is held and
-// produced, in order, once the topic recovers. If the topic's held queue is
-// full (MaxHeld), Produce blocks until there is room or ctx is done, in
-// which case the promise is called with ctx's error. The promise is called
-// exactly once: with nil once the record is written, or with an error that
-// wraps ErrDeadLettered, ErrDropped, ErrStopped or ErrClosed and the cause,
-// or with kgo's own error for failures that are not produce failures (for
-// example an invalid record).
+// across failures: if r's topic (with per-partition holds, its partition)
+// is recovering from a failure, r is held and produced, in order, once it
+// recovers. If the held queue is full (MaxHeld), Produce blocks until there
+// is room or ctx is done, in which case the promise is called with ctx's
+// error. The promise is called exactly once: with nil once the record is
+// written, or with an error that wraps ErrDeadLettered, ErrDropped,
+// ErrStopped or ErrClosed and the cause, or with kgo's own error for
+// failures that are not produce failures (for example an invalid record).
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -217,30 +435,36 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		}
 	}
 
-	// The fast path: nothing is wrong with the topic.
-	if ts := p.fastTopic(r.Topic); ts != nil && !ts.slow.Load() {
-		ts.inflight.Add(1)
-		if !ts.slow.Load() {
-			seq := ts.seq.Add(1)
-			p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-				if err == nil || !isProduceFailure(err) {
-					if ts.inflight.Add(-1) == 0 && ts.slow.Load() {
-						p.mu.Lock()
-						p.maybeRecoverLocked(ts)
-						p.mu.Unlock()
-					}
-					promise(r, closedErr(err))
-					return
-				}
-				p.finished(ts, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
-			})
-			return
+	// The fast path: nothing is wrong with the record's unit.
+	if ts := p.fastTopic(r.Topic); ts != nil {
+		u := ts.whole
+		if u == nil {
+			u = ts.fastPart(r.Partition)
 		}
-		// A recovery began: back out and take the locked path.
-		if ts.inflight.Add(-1) == 0 {
-			p.mu.Lock()
-			p.maybeRecoverLocked(ts)
-			p.mu.Unlock()
+		if u != nil && !u.slow.Load() {
+			u.inflight.Add(1)
+			if !u.slow.Load() {
+				seq := u.seq.Add(1)
+				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+					if err == nil || !isProduceFailure(err) {
+						if u.inflight.Add(-1) == 0 && u.slow.Load() {
+							p.mu.Lock()
+							p.maybeRecoverLocked(u)
+							p.mu.Unlock()
+						}
+						promise(r, closedErr(err))
+						return
+					}
+					p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+				})
+				return
+			}
+			// A recovery began: back out and take the locked path.
+			if u.inflight.Add(-1) == 0 {
+				p.mu.Lock()
+				p.maybeRecoverLocked(u)
+				p.mu.Unlock()
+			}
 		}
 	}
 
@@ -252,33 +476,33 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			promise(r, ErrClosed)
 			return
 		}
-		ts := p.topicLocked(r.Topic)
-		if cause := ts.stopped; cause != nil {
+		u := p.unitLocked(r.Topic, r.Partition)
+		if cause := u.stopped; cause != nil {
 			p.mu.Unlock()
 			promise(r, fmt.Errorf("%w: %w", ErrStopped, cause))
 			return
 		}
-		if cause, ok := ts.quarantined[string(r.Key)]; ok && r.Key != nil && !ts.recovering && len(ts.held) == 0 {
-			pd.seq = ts.seq.Add(1)
+		if cause, ok := u.quarantined[string(r.Key)]; ok && r.Key != nil && !u.recovering && len(u.held) == 0 {
+			pd.seq = u.seq.Add(1)
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, nil)
 			return
 		}
-		if !ts.recovering && len(ts.held) == 0 {
-			pd.seq = ts.seq.Add(1)
-			ts.inflight.Add(1)
+		if !u.recovering && len(u.held) == 0 {
+			pd.seq = u.seq.Add(1)
+			u.inflight.Add(1)
 			p.mu.Unlock()
-			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(ts, pd, err) })
+			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 			return
 		}
-		if len(ts.held) < p.cfg.maxHeld {
-			pd.seq = ts.seq.Add(1)
-			ts.held = append(ts.held, pd)
-			p.updateSlowLocked(ts)
+		if len(u.held) < p.cfg.maxHeld {
+			pd.seq = u.seq.Add(1)
+			u.held = append(u.held, pd)
+			p.updateSlowLocked(u)
 			p.mu.Unlock()
 			return
 		}
-		space := ts.space
+		space := u.space
 		p.mu.Unlock()
 		select {
 		case <-space:
@@ -308,24 +532,33 @@ func (p *Producer) fastTopic(topic string) *topicState {
 	return ts
 }
 
+// fastPart returns the unit of a partition for the lock-free path, or nil
+// if there is none yet (or the partition is out of the snapshot's range).
+func (ts *topicState) fastPart(partition int32) *unit {
+	if parts := ts.parts.Load(); parts != nil && uint32(partition) < uint32(len(*parts)) {
+		return (*parts)[partition]
+	}
+	return nil
+}
+
 // finished is the kgo promise of every record the Producer hands to kgo
 // outside recovery.
-func (p *Producer) finished(ts *topicState, pd *pending, err error) {
+func (p *Producer) finished(u *unit, pd *pending, err error) {
 	p.mu.Lock()
-	ts.inflight.Add(-1)
+	u.inflight.Add(-1)
 	if err == nil || !isProduceFailure(err) || p.closed {
 		if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
 		}
-		p.maybeRecoverLocked(ts)
+		p.maybeRecoverLocked(u)
 		p.mu.Unlock()
 		pd.promise(pd.r, closedErr(err))
 		return
 	}
 	pd.err = err
-	ts.failed = append(ts.failed, pd)
-	p.beginRecoveryLocked(ts)
-	p.maybeRecoverLocked(ts)
+	u.failed = append(u.failed, pd)
+	p.beginRecoveryLocked(u)
+	p.maybeRecoverLocked(u)
 	p.mu.Unlock()
 }
 
@@ -350,16 +583,28 @@ func isProduceFailure(err error) bool {
 	return true
 }
 
-// maybeRecoverLocked starts the topic's recovery once it is recovering and
+// maybeRecoverLocked starts the unit's recovery once it is recovering and
 // nothing it handed to kgo is still in flight.
-func (p *Producer) maybeRecoverLocked(ts *topicState) {
-	if !ts.recovering || ts.running || ts.inflight.Load() > 0 || p.closed {
-		ts.wakeLocked()
+func (p *Producer) maybeRecoverLocked(u *unit) {
+	if !u.recovering || u.running || u.inflight.Load() > 0 || p.closed {
+		u.wakeLocked()
 		return
 	}
-	ts.running = true
-	p.updateSlowLocked(ts)
-	go p.recover(ts)
+	u.running = true
+	p.updateSlowLocked(u)
+	go p.recover(u)
+}
+
+// busyLocked returns a channel that is closed when a busy unit's state
+// changes, or nil if no unit is holding or recovering.
+func (p *Producer) busyLocked() chan struct{} {
+	var wait chan struct{}
+	p.eachUnitLocked(func(u *unit) {
+		if wait == nil && (u.recovering || u.running || len(u.held) > 0) {
+			wait = u.space
+		}
+	})
+	return wait
 }
 
 // Flush waits until every record produced so far has finished: written,
@@ -370,13 +615,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 		// while kgo flushes starts a recovery before its promise
 		// returns, so if none is running after the flush, we are done.
 		p.mu.Lock()
-		var wait chan struct{}
-		for _, ts := range p.topics {
-			if ts.recovering || ts.running || len(ts.held) > 0 {
-				wait = ts.space
-				break
-			}
-		}
+		wait := p.busyLocked()
 		p.mu.Unlock()
 		if wait != nil {
 			select {
@@ -390,10 +629,7 @@ func (p *Producer) Flush(ctx context.Context) error {
 			return err
 		}
 		p.mu.Lock()
-		busy := false
-		for _, ts := range p.topics {
-			busy = busy || ts.recovering || ts.running || len(ts.held) > 0
-		}
+		busy := p.busyLocked() != nil
 		p.mu.Unlock()
 		if !busy {
 			return nil
@@ -415,10 +651,13 @@ func (p *Producer) Close() {
 	p.closed = true
 	var held []*pending
 	for _, ts := range p.topics {
-		held = append(held, ts.held...)
-		ts.held = nil
-		p.updateSlowLocked(ts)
-		ts.wakeLocked()
+		ts.eachUnit(func(u *unit) {
+			held = append(held, u.held...)
+			u.held = nil
+			p.updateSlowLocked(u)
+			u.wakeLocked()
+		})
+		ts.wakeLocked() // recoveries waiting in gate end
 	}
 	p.mu.Unlock()
 	for _, pd := range held {
@@ -434,15 +673,15 @@ func (p *Producer) Close() {
 			wait   chan struct{}
 			failed []*pending
 		)
-		for _, ts := range p.topics {
-			if !ts.running && ts.inflight.Load() == 0 {
-				failed = append(failed, ts.failed...)
-				ts.failed = nil
+		p.eachUnitLocked(func(u *unit) {
+			if !u.running && u.inflight.Load() == 0 {
+				failed = append(failed, u.failed...)
+				u.failed = nil
 			}
-			if ts.running || ts.inflight.Load() > 0 {
-				wait = ts.space
+			if u.running || u.inflight.Load() > 0 {
+				wait = u.space
 			}
-		}
+		})
 		p.mu.Unlock()
 		for _, pd := range failed {
 			pd.promise(pd.r, fmt.Errorf("%w: %w", ErrClosed, pd.err))
@@ -455,58 +694,93 @@ func (p *Producer) Close() {
 }
 
 // Resume ends a Stop of topic: records produced to it are produced again.
-// Resuming a topic that is not stopped is a no-op.
+// With per-partition holds, it resumes every stopped partition of the
+// topic. Resuming a topic that is not stopped is a no-op.
 func (p *Producer) Resume(topic string) {
 	p.mu.Lock()
 	ts := p.topics[topic]
-	stopped := ts != nil && ts.stopped != nil
+	var (
+		stopped []*unit
+		parts   []int32
+	)
+	if ts != nil {
+		ts.eachUnit(func(u *unit) {
+			if u.stopped != nil {
+				stopped = append(stopped, u)
+				if u.partition >= 0 {
+					parts = append(parts, u.partition)
+				}
+			}
+		})
+	}
 	p.mu.Unlock()
-	if !stopped {
+	if len(stopped) == 0 {
 		return
 	}
-	// Recover kgo first, while the topic is still stopped: a stopped
-	// topic hands nothing to kgo, so no record produced after the Resume
-	// can be rejected by a failed partition, and then be overtaken by a
-	// later record produced once the partition is recovered.
-	p.recoverKgo(topic)
+	// Recover kgo first, while the units are still stopped: a stopped
+	// unit hands nothing to kgo, so no record produced after the Resume
+	// can be rejected by the failed partition, and then overtaken.
+	if ts.whole != nil {
+		p.recoverKgoTopic(topic)
+	} else {
+		p.cl.RecoverProducePartitions(map[string][]int32{topic: parts})
+	}
 	p.mu.Lock()
-	resumed := ts.stopped != nil // not by a concurrent Resume
-	if resumed {
-		ts.stopped = nil
-		p.updateSlowLocked(ts)
-		ts.wakeLocked()
+	for _, u := range stopped {
+		if u.stopped == nil {
+			continue // a concurrent Resume
+		}
+		u.stopped = nil
+		p.updateSlowLocked(u)
+		u.wakeLocked()
+		if ts.topicFailed {
+			// The topic failed as a whole while the unit was
+			// stopped: it takes part in the topic's recovery.
+			p.beginRecoveryLocked(u)
+			p.maybeRecoverLocked(u)
+		}
 	}
 	p.mu.Unlock()
-	if resumed {
-		p.logf(kgo.LogLevelInfo, "korder: resumed stopped topic", "topic", topic)
-	}
+	p.logf(kgo.LogLevelInfo, "korder: resumed stopped topic", "topic", topic)
 }
 
-// ReleaseQuarantine ends the quarantine of key in topic: later records with
-// the key are produced to topic again. Releasing a key that is not
-// quarantined is a no-op.
+// ReleaseQuarantine ends the quarantine of key in topic (with
+// per-partition holds, in every partition of topic): later records with the
+// key are produced to topic again. Releasing a key that is not quarantined
+// is a no-op.
 func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ts := p.topics[topic]; ts != nil {
-		if _, ok := ts.quarantined[string(key)]; ok {
-			delete(ts.quarantined, string(key))
-			p.updateSlowLocked(ts)
-			p.stats.Quarantined--
-			p.logf(kgo.LogLevelInfo, "korder: released quarantined key", "topic", topic, "key", string(key))
-		}
+	ts := p.topics[topic]
+	if ts == nil {
+		return
 	}
+	ts.eachUnit(func(u *unit) {
+		if _, ok := u.quarantined[string(key)]; ok {
+			delete(u.quarantined, string(key))
+			p.updateSlowLocked(u)
+			p.stats.Quarantined--
+			p.logf(kgo.LogLevelInfo, "korder: released quarantined key", u.logKVs("key", string(key))...)
+		}
+	})
 }
 
-// Quarantined returns the keys quarantined in topic.
+// Quarantined returns the keys quarantined in topic (with per-partition
+// holds, in any of its partitions), sorted.
 func (p *Producer) Quarantined(topic string) [][]byte {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var keys [][]byte
 	if ts := p.topics[topic]; ts != nil {
-		for k := range ts.quarantined {
-			keys = append(keys, []byte(k))
-		}
+		seen := map[string]bool{}
+		ts.eachUnit(func(u *unit) {
+			for k := range u.quarantined {
+				if !seen[k] {
+					seen[k] = true
+					keys = append(keys, []byte(k))
+				}
+			}
+		})
 	}
 	slices.SortFunc(keys, func(a, b []byte) int { return slices.Compare(a, b) })
 	return keys

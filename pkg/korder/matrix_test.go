@@ -17,11 +17,26 @@ import (
 	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
 )
 
-// The policy matrix: every scenario below runs under every policy set, and
-// every run is checked record by record against the guarantee (checkRun).
+// The policy matrix: every scenario below runs under every policy set, with
+// per-partition holds (the Producer's default with the ManualPartitioner
+// that newProducer sets) and with per-topic holds (TopicHolds), and every
+// run is checked record by record against the guarantee (checkRun).
+
+type matrixMode struct {
+	name         string
+	opts         []korder.Opt
+	perPartition bool
+}
+
+var (
+	partitionHolds = matrixMode{name: "partition", perPartition: true}
+	topicHolds     = matrixMode{name: "topic", opts: []korder.Opt{korder.TopicHolds()}}
+	matrixModes    = []matrixMode{partitionHolds, topicHolds}
+)
 
 type matrixPolicy struct {
 	name     string
+	mode     matrixMode
 	policies []korder.Policy
 	// poisonFate is the sentinel the promise of a record that always
 	// fails (INVALID_RECORD) must wrap.
@@ -44,8 +59,17 @@ var matrixPolicies = []matrixPolicy{
 }
 
 func forEachPolicy(t *testing.T, run func(t *testing.T, pol matrixPolicy)) {
-	for _, pol := range matrixPolicies {
-		t.Run(pol.name, func(t *testing.T) { run(t, pol) })
+	forEachPolicyIn(t, matrixModes, run)
+}
+
+func forEachPolicyIn(t *testing.T, modes []matrixMode, run func(t *testing.T, pol matrixPolicy)) {
+	for _, mode := range modes {
+		t.Run(mode.name, func(t *testing.T) {
+			for _, pol := range matrixPolicies {
+				pol.mode = mode
+				t.Run(pol.name, func(t *testing.T) { run(t, pol) })
+			}
+		})
 	}
 }
 
@@ -56,6 +80,8 @@ type matrixRun struct {
 	c  *kfake.Cluster
 	p  *korder.Producer
 	ps *promises
+
+	perPartition bool // holds are per partition
 
 	mu       sync.Mutex
 	produced [][]*kgo.Record // per goroutine
@@ -71,7 +97,7 @@ func newMatrixRun(t *testing.T, pol matrixPolicy, goroutines int, kopts []kgo.Op
 }
 
 func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines int, kopts []kgo.Opt, opts ...korder.Opt) *matrixRun {
-	m := &matrixRun{t: t, c: c, ps: newPromises(), produced: make([][]*kgo.Record, goroutines), failedOnce: make(chan struct{})}
+	m := &matrixRun{t: t, c: c, ps: newPromises(), produced: make([][]*kgo.Record, goroutines), failedOnce: make(chan struct{}), perPartition: pol.mode.perPartition}
 	var once sync.Once
 	hook := userHook(func() {
 		once.Do(func() {
@@ -84,7 +110,8 @@ func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines
 	// A retryable error makes kgo refresh metadata before retrying, at
 	// most once per MetadataMinAge (5s by default).
 	kopts = append([]kgo.Opt{kgo.RecordRetries(1), kgo.MetadataMinAge(10 * time.Millisecond), kgo.WithHooks(hook)}, kopts...)
-	m.p = newProducer(t, m.c, kopts, append([]korder.Opt{korder.WithPolicies(pol.policies...)}, opts...)...)
+	opts = append(append([]korder.Opt{korder.WithPolicies(pol.policies...)}, pol.mode.opts...), opts...)
+	m.p = newProducer(t, m.c, kopts, opts...)
 	return m
 }
 
@@ -125,8 +152,9 @@ func (m *matrixRun) waitFailure(ctx context.Context) {
 // korder sentinel or a context error; each partition holds exactly the
 // records whose promise got nil, each once, in Produce order per producing
 // goroutine; and the dead-letter topic holds exactly the records whose
-// promise got ErrDeadLettered, in Produce order per goroutine, with their
-// coordinates. It returns each record's error.
+// promise got ErrDeadLettered, in Produce order per goroutine and key (with
+// per-partition holds, per goroutine, key and original partition), with
+// their coordinates. It returns each record's error.
 func (m *matrixRun) checkRun(ctx context.Context) map[*kgo.Record]error {
 	t := m.t
 	t.Helper()
@@ -163,7 +191,9 @@ func (m *matrixRun) checkRun(ctx context.Context) map[*kgo.Record]error {
 		seen := map[string]bool{}
 		// Order is per producing goroutine, in the topic's partitions;
 		// in the dead-letter topic, which mixes partitions, it is per
-		// goroutine and key (what QuarantineKeys keeps in order).
+		// goroutine and key (what QuarantineKeys keeps in order), and
+		// with per-partition holds, per original partition too (each
+		// partition recovers, and quarantines keys, on its own).
 		last := map[string]int{}
 		for _, r := range readAll(ctx, t, m.c, tp, p) {
 			v := string(r.Value)
@@ -172,6 +202,9 @@ func (m *matrixRun) checkRun(ctx context.Context) map[*kgo.Record]error {
 			n, _ := strconv.Atoi(i)
 			if !inTopic {
 				g += "/" + string(r.Key)
+				if m.perPartition {
+					g += "/" + strconv.Itoa(n%matrixPartitions)
+				}
 			}
 			where, ok := want[v]
 			switch {
@@ -482,11 +515,14 @@ func twoBrokerCluster(t *testing.T) *kfake.Cluster {
 }
 
 // Flush and Close during a hold, and a full held queue whose Produce
-// context runs out.
+// context runs out. Per-topic holds only: the hold lasts because the
+// topic's recovery waits for a record of another partition in flight (see
+// holdInFlight), which a partition's recovery does not wait for
+// (TestPartitionHolds holds a partition another way).
 func TestMatrixHeldQueueFlushClose(t *testing.T) {
 	for _, closeDuringHold := range []bool{false, true} {
 		t.Run(map[bool]string{false: "release", true: "close"}[closeDuringHold], func(t *testing.T) {
-			forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+			forEachPolicyIn(t, []matrixMode{topicHolds}, func(t *testing.T, pol matrixPolicy) {
 				ctx := testCtx(t)
 				m := newMatrixRunOn(t, twoBrokerCluster(t), pol, 1, nil, korder.MaxHeld(3))
 				poison(m.c)

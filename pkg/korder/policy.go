@@ -20,11 +20,11 @@ const (
 
 // Policy decides what happens to a record that failed to produce. Policies
 // are applied in the order given to WithPolicies, to one record at a time,
-// the earliest failed record of the topic first: a policy either settles the
-// record (it was written, diverted or dropped) or passes it to the next
-// policy. Records after it are not written before it is settled, so the
-// order of every partition is kept. A record that no policy settles is
-// handled as by Stop.
+// the earliest failed record of the topic (with per-partition holds, of the
+// partition) first: a policy either settles the record (it was written,
+// diverted or dropped) or passes it to the next policy. Records after it
+// are not written before it is settled, so the order of every partition is
+// kept. A record that no policy settles is handled as by Stop.
 //
 // Kafka Streams' ProductionExceptionHandler (fail, continue, retry with a
 // dead-letter queue) is the naming precedent; these policies keep order.
@@ -62,10 +62,10 @@ func Isolate() Policy { return Policy{kind: policyIsolate} }
 func DeadLetter(topic string) Policy { return Policy{kind: policyDeadLetter, topic: topic} }
 
 // QuarantineKeys makes a DeadLetter policy quarantine the key of every
-// record it diverts: later records with that key in the same topic go to
-// the dead-letter topic too, so that they cannot overtake it, until
-// Producer.ReleaseQuarantine. Other keys continue. Records without a key are
-// not quarantined.
+// record it diverts: later records with that key in the same topic (with
+// per-partition holds, the same partition) go to the dead-letter topic too,
+// so that they cannot overtake it, until Producer.ReleaseQuarantine. Other
+// keys continue. Records without a key are not quarantined.
 func (p Policy) QuarantineKeys() Policy {
 	p.quarantine = true
 	return p
@@ -76,10 +76,11 @@ func (p Policy) QuarantineKeys() Policy {
 // order.
 func Drop() Policy { return Policy{kind: policyDrop} }
 
-// Stop fails the record and stops its topic: the record, every record after
-// it, and every record produced to the topic until Producer.Resume fail with
-// an error wrapping ErrStopped and the cause, and nothing more is written to
-// the failed partition.
+// Stop fails the record and stops its topic (with per-partition holds, its
+// partition): the record, every record after it, and every record produced
+// to the topic (partition) until Producer.Resume fail with an error wrapping
+// ErrStopped and the cause, and nothing more is written to the failed
+// partition.
 func Stop() Policy { return Policy{kind: policyStop} }
 
 func (p Policy) String() string {
@@ -119,8 +120,9 @@ func perRecordCause(err error) bool {
 }
 
 type config struct {
-	policies []Policy
-	maxHeld  int
+	policies   []Policy
+	maxHeld    int
+	topicHolds bool
 }
 
 func defaultConfig() config {
@@ -171,9 +173,18 @@ func WithPolicies(policies ...Policy) Opt {
 	return func(c *config) { c.policies = policies }
 }
 
-// MaxHeld sets how many records each topic may hold while it recovers,
-// overriding the default of 10000. When a topic's held queue is full,
-// Produce blocks until there is room or its context is done.
+// MaxHeld sets how many records each topic (with per-partition holds,
+// each partition) may hold while it recovers, overriding the default of
+// 10000. When a held queue is full, Produce blocks until there is room or
+// its context is done.
 func MaxHeld(n int) Opt {
 	return func(c *config) { c.maxHeld = n }
+}
+
+// TopicHolds makes holds per topic even when the client's partitioner is
+// kgo.ManualPartitioner(), which otherwise makes them per partition (see
+// the package documentation): a failure on one partition holds the whole
+// topic, quarantines apply to the whole topic, and Stop stops it.
+func TopicHolds() Opt {
+	return func(c *config) { c.topicHolds = true }
 }

@@ -20,12 +20,20 @@ type Stats struct {
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
 	Stopped      int64 // records failed by Stop
-	Quarantined  int64 // keys quarantined now
+	Quarantined  int64 // keys quarantined now (with per-partition holds, per partition)
 	Held         int64 // records held now
 
 	// HoldTime is, per topic, the total time the topic held records while
-	// recovering. Holds are per topic (see the package documentation).
+	// recovering. With per-partition holds (see the package
+	// documentation), it is the sum of the topic's PartitionHoldTime: a
+	// failure of the whole topic that holds three partitions for a second
+	// counts three seconds.
 	HoldTime map[string]time.Duration
+
+	// PartitionHoldTime is, per topic and partition, the total time the
+	// partition held records while recovering, for topics with
+	// per-partition holds. It is nil if no topic has them.
+	PartitionHoldTime map[string]map[int32]time.Duration
 }
 
 // Stats returns a snapshot of the Producer's counters.
@@ -35,40 +43,56 @@ func (p *Producer) Stats() Stats {
 	s := p.stats
 	s.HoldTime = make(map[string]time.Duration, len(p.topics))
 	for name, ts := range p.topics {
-		s.Held += int64(len(ts.held))
 		if d, ok := p.stats.HoldTime[name]; ok {
 			s.HoldTime[name] = d
 		}
-		if ts.recovering {
-			s.HoldTime[name] += time.Since(ts.holdStart)
+		if ts.whole == nil {
+			if s.PartitionHoldTime == nil {
+				s.PartitionHoldTime = make(map[string]map[int32]time.Duration)
+			}
+			s.PartitionHoldTime[name] = make(map[int32]time.Duration, len(ts.units))
+			for partition, d := range p.partHold[name] {
+				s.PartitionHoldTime[name][partition] = d
+			}
 		}
+		ts.eachUnit(func(u *unit) {
+			s.Held += int64(len(u.held))
+			if !u.recovering {
+				return
+			}
+			d := time.Since(u.holdStart)
+			s.HoldTime[name] += d
+			if u.perPartition() {
+				s.PartitionHoldTime[name][u.partition] += d
+			}
+		})
 	}
 	return s
 }
 
-// recover runs one recovery of the topic: it settles the failed records
+// recover runs one recovery of the unit: it settles the failed records
 // through the policies, in order, then releases the held records in order.
-// Only one runs per topic at a time (ts.running).
-func (p *Producer) recover(ts *topicState) {
+// Only one runs per unit at a time (u.running).
+func (p *Producer) recover(u *unit) {
 	p.mu.Lock()
-	queue := ts.failed
-	ts.failed = nil
+	queue := u.failed
+	u.failed = nil
 	p.mu.Unlock()
 	slices.SortFunc(queue, func(a, b *pending) int { return cmpSeq(a.seq, b.seq) })
 
-	p.resolve(ts, queue)
+	p.resolve(u, queue)
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if ts.stopped != nil {
-		held := ts.held
-		ts.held = nil
+	if u.stopped != nil {
+		held := u.held
+		u.held = nil
 		p.stats.Stopped += int64(len(held))
-		p.endHoldLocked(ts)
-		ts.running = false
-		p.updateSlowLocked(ts)
-		ts.wakeLocked()
-		cause := ts.stopped
+		p.endHoldLocked(u)
+		u.running = false
+		p.updateSlowLocked(u)
+		u.wakeLocked()
+		cause := u.stopped
 		p.mu.Unlock()
 		for _, pd := range held {
 			pd.promise(pd.r, fmt.Errorf("%w: %w", ErrStopped, cause))
@@ -77,13 +101,14 @@ func (p *Producer) recover(ts *topicState) {
 		return
 	}
 	// Release the held records in order. Produce appends to held while
-	// we release, since the topic is still recovering; a release that
-	// fails adds to failed, and we stop and recover again.
-	for len(ts.held) > 0 && len(ts.failed) == 0 && !p.closed {
-		pd := ts.held[0]
-		ts.held = ts.held[1:]
-		ts.wakeLocked()
-		if cause, ok := ts.quarantined[string(pd.r.Key)]; ok && pd.r.Key != nil {
+	// we release, since the unit is still recovering; a release that
+	// fails adds to failed, and we stop and recover again, as we do if
+	// the whole topic fails meanwhile.
+	for len(u.held) > 0 && len(u.failed) == 0 && !u.t.topicFailed && !p.closed {
+		pd := u.held[0]
+		u.held = u.held[1:]
+		u.wakeLocked()
+		if cause, ok := u.quarantined[string(pd.r.Key)]; ok && pd.r.Key != nil {
 			// Held while the quarantine began: divert it as Produce
 			// would have.
 			p.mu.Unlock()
@@ -91,35 +116,46 @@ func (p *Producer) recover(ts *topicState) {
 			p.mu.Lock()
 			continue
 		}
-		ts.inflight.Add(1)
+		u.inflight.Add(1)
 		p.mu.Unlock()
-		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(ts, pd, err) })
+		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 		p.mu.Lock()
 	}
 	if p.closed {
-		held := ts.held
-		ts.held = nil
+		held := u.held
+		u.held = nil
 		p.mu.Unlock()
 		for _, pd := range held {
 			pd.promise(pd.r, ErrClosed)
 		}
 		p.mu.Lock()
 	}
-	ts.running = false
-	if len(ts.failed) == 0 {
-		p.endHoldLocked(ts)
+	u.running = false
+	if len(u.failed) == 0 && (!u.t.topicFailed || p.closed) {
+		p.endHoldLocked(u)
 	}
-	p.updateSlowLocked(ts)
-	p.maybeRecoverLocked(ts)
+	p.updateSlowLocked(u)
+	p.maybeRecoverLocked(u)
 }
 
-func (p *Producer) endHoldLocked(ts *topicState) {
-	if ts.recovering {
-		ts.recovering = false
-		if p.stats.HoldTime == nil {
-			p.stats.HoldTime = make(map[string]time.Duration)
+func (p *Producer) endHoldLocked(u *unit) {
+	if !u.recovering {
+		return
+	}
+	u.recovering = false
+	d := time.Since(u.holdStart)
+	if p.stats.HoldTime == nil {
+		p.stats.HoldTime = make(map[string]time.Duration)
+	}
+	p.stats.HoldTime[u.t.name] += d
+	if u.perPartition() {
+		if p.partHold == nil {
+			p.partHold = make(map[string]map[int32]time.Duration)
 		}
-		p.stats.HoldTime[ts.name] += time.Since(ts.holdStart)
+		if p.partHold[u.t.name] == nil {
+			p.partHold[u.t.name] = make(map[int32]time.Duration)
+		}
+		p.partHold[u.t.name][u.partition] += d
 	}
 }
 
@@ -133,18 +169,18 @@ func cmpSeq(a, b uint64) int {
 	return 0
 }
 
-// resolve settles queue, the topic's failed records in produce order.
+// resolve settles queue, the unit's failed records in produce order.
 //
 // The head of the queue is the earliest record that failed. The policies
 // decide its fate from the error it failed with; until it is settled,
 // nothing after it is written. When a policy asks for records to be produced
 // again (Retry, or Isolate one at a time), the queue is produced again in
 // order and the earliest record that fails is the next head.
-func (p *Producer) resolve(ts *topicState, queue []*pending) {
+func (p *Producer) resolve(u *unit, queue []*pending) {
 	oneByOne := false
 	produce := false // the first decision is on the original errors
 	for {
-		p.recoverKgo(ts.name)
+		p.recoverKgo(u)
 		if len(queue) == 0 {
 			return
 		}
@@ -154,7 +190,7 @@ func (p *Producer) resolve(ts *topicState, queue []*pending) {
 			}
 			return
 		}
-		queue = p.divertQuarantined(ts, queue)
+		queue = p.divertQuarantined(u, queue)
 		if len(queue) == 0 {
 			return
 		}
@@ -198,6 +234,13 @@ func (p *Producer) resolve(ts *topicState, queue []*pending) {
 			}
 		}
 		produce = true
+		if u.perPartition() && errors.Is(queue[0].err, kgo.ErrProducePartitionFailed) && p.kgoTopicFailed(u.t.name) {
+			// The head was only rejected, because the whole topic
+			// failed (in another partition): it has no failure of
+			// its own. Wait for the topic's recovery in gate, and
+			// produce it again.
+			continue
+		}
 
 		// The round starts at the queue's head, so the head is the
 		// earliest record that failed in it. Settle it before anything
@@ -221,19 +264,19 @@ func (p *Producer) resolve(ts *topicState, queue []*pending) {
 					oneByOne = true
 					pd.attempts = 0
 					p.count(func(s *Stats) { s.Isolations++ })
-					p.logf(kgo.LogLevelInfo, "korder: isolating a batch failure one record at a time", "topic", ts.name, "err", pd.err)
+					p.logf(kgo.LogLevelInfo, "korder: isolating a batch failure one record at a time", u.logKVs("err", pd.err)...)
 					settled = true
 				}
 			case policyDeadLetter:
-				if err := p.deadLetter(ts, pol, pd); err == nil {
+				if err := p.deadLetter(u, pol, pd); err == nil {
 					queue = queue[1:]
 					settled = true
 				} else {
-					p.logf(kgo.LogLevelWarn, "korder: could not divert a record to the dead-letter topic", "topic", ts.name, "dead_letter_topic", pol.topic, "err", err)
+					p.logf(kgo.LogLevelWarn, "korder: could not divert a record to the dead-letter topic", u.logKVs("dead_letter_topic", pol.topic, "err", err)...)
 				}
 			case policyDrop:
 				p.count(func(s *Stats) { s.Dropped++ })
-				p.logf(kgo.LogLevelWarn, "korder: dropping a record that failed to produce", "topic", ts.name, "partition", pd.r.Partition, "err", pd.err)
+				p.logf(kgo.LogLevelWarn, "korder: dropping a record that failed to produce", "topic", u.t.name, "partition", pd.r.Partition, "err", pd.err)
 				pd.promise(pd.r, fmt.Errorf("%w: %w", ErrDropped, pd.err))
 				queue = queue[1:]
 				settled = true
@@ -252,21 +295,25 @@ func (p *Producer) resolve(ts *topicState, queue []*pending) {
 				// ErrClosed rather than stopping the topic.
 				continue
 			}
-			p.stop(ts, pd.err, queue)
+			p.stop(u, pd.err, queue)
 			return
 		}
 	}
 }
 
-// stop stops the topic with cause and fails queue with ErrStopped. The
+// stop stops the unit with cause and fails queue with ErrStopped. The
 // failed kgo partitions stay failed until Resume.
-func (p *Producer) stop(ts *topicState, cause error, queue []*pending) {
+func (p *Producer) stop(u *unit, cause error, queue []*pending) {
 	p.mu.Lock()
-	ts.stopped = cause
+	u.stopped = cause
 	p.stats.Stopped += int64(len(queue))
-	p.updateSlowLocked(ts)
+	p.updateSlowLocked(u)
 	p.mu.Unlock()
-	p.logf(kgo.LogLevelError, "korder: stopping the topic after a produce failure; call Resume to continue", "topic", ts.name, "err", cause)
+	if u.perPartition() {
+		p.logf(kgo.LogLevelError, "korder: stopping the partition after a produce failure; call Resume to continue", u.logKVs("err", cause)...)
+	} else {
+		p.logf(kgo.LogLevelError, "korder: stopping the topic after a produce failure; call Resume to continue", u.logKVs("err", cause)...)
+	}
 	for _, pd := range queue {
 		// A record that failed on its own reports its own error;
 		// one that was only rejected behind another, the stop's.
@@ -293,12 +340,87 @@ func (p *Producer) produceRound(rs []*pending) []error {
 	return errs
 }
 
-// recoverKgo recovers the topic's failed partitions in kgo, and the topic
-// itself if it failed before partitioning.
-func (p *Producer) recoverKgo(topic string) {
+// recoverKgo recovers u's failed state in kgo before its recovery produces
+// anything again. With per-topic holds, that is every failed partition of
+// the topic and the topic itself. With per-partition holds, it is u's
+// partition, after the topic itself if it failed as a whole: see gate.
+func (p *Producer) recoverKgo(u *unit) {
+	if !u.perPartition() {
+		p.recoverKgoTopic(u.t.name)
+		return
+	}
+	p.gate(u)
+	if u.partition >= 0 {
+		p.cl.RecoverProducePartitions(map[string][]int32{u.t.name: {u.partition}})
+	}
+}
+
+// recoverKgoTopic recovers the topic's failed partitions in kgo, and the
+// topic itself if it failed before partitioning.
+func (p *Producer) recoverKgoTopic(topic string) {
 	if parts := p.cl.FailedProducePartitions()[topic]; len(parts) > 0 {
 		p.cl.RecoverProducePartitions(map[string][]int32{topic: parts})
 	}
+}
+
+// gate returns once u's topic is not failed as a whole, recovering the
+// topic in kgo if u is the last of its units to get here. It is how the
+// units of a topic with per-partition holds get through a failure of the
+// whole topic (kgo's partition -1), which rejects the records of every
+// partition until the topic is recovered.
+//
+// The topic may be recovered in kgo only once no unit has anything in kgo:
+// otherwise a record of partition P produced before the recovery but
+// buffered after it would be written ahead of P's records the failed topic
+// rejected, which P has not produced again yet. So every unit holds from
+// the failure on (failTopicLocked, and unitLocked for new units), and its
+// recovery waits here, parked, once what it had in flight has finished and
+// been collected. A unit in the middle of a recovery gets here at the
+// start of its next round; a stopped unit has nothing in kgo. Once every
+// unit is parked or stopped, the unit that sees it recovers the topic,
+// before any unit produces again, and wakes the others.
+//
+// The hook may tell the Producer of the topic's failure after some of its
+// records were rejected, so gate also asks kgo.
+func (p *Producer) gate(u *unit) {
+	ts := u.t
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u.parked = true
+	defer func() { u.parked = false }()
+	for !p.closed {
+		if !ts.topicFailed && p.kgoTopicFailed(ts.name) {
+			p.failTopicLocked(ts)
+		}
+		if !ts.topicFailed {
+			return
+		}
+		if !ts.healing && ts.quiescentLocked() {
+			ts.healing = true
+			p.mu.Unlock()
+			p.cl.RecoverProducePartitions(map[string][]int32{ts.name: {-1}})
+			p.mu.Lock()
+			ts.healing, ts.topicFailed = false, false
+			ts.wakeLocked()
+			p.logf(kgo.LogLevelInfo, "korder: recovered the topic after a failure before partitioning; its partitions recover on their own", "topic", ts.name)
+			return
+		}
+		wait := ts.space
+		p.mu.Unlock()
+		<-wait
+		p.mu.Lock()
+	}
+}
+
+// quiescentLocked returns whether no unit of the topic has anything in
+// kgo or can hand anything to it: each is parked in gate, or stopped.
+func (ts *topicState) quiescentLocked() bool {
+	for _, u := range ts.units {
+		if !u.parked && (u.stopped == nil || u.running || u.inflight.Load() > 0) {
+			return false
+		}
+	}
+	return true
 }
 
 func (p *Producer) isClosed() bool {
@@ -329,11 +451,11 @@ func (p *Producer) sleep(d time.Duration) {
 
 // divertQuarantined diverts, in order, the records of queue whose key is
 // quarantined.
-func (p *Producer) divertQuarantined(ts *topicState, queue []*pending) []*pending {
+func (p *Producer) divertQuarantined(u *unit, queue []*pending) []*pending {
 	kept := queue[:0]
 	for _, pd := range queue {
 		p.mu.Lock()
-		cause, ok := ts.quarantined[string(pd.r.Key)]
+		cause, ok := u.quarantined[string(pd.r.Key)]
 		p.mu.Unlock()
 		if ok && pd.r.Key != nil {
 			var wg sync.WaitGroup
@@ -361,7 +483,7 @@ func (p *Producer) deadLetterQuarantined(pd *pending, cause error, done func()) 
 		if err != nil {
 			// The dead-letter topic failed: the record cannot go
 			// anywhere without overtaking the quarantined one.
-			p.recoverKgo(topic)
+			p.recoverKgoTopic(topic)
 			pd.promise(pd.r, fmt.Errorf("%w: dead-letter topic %s: %w", ErrStopped, topic, err))
 		} else {
 			p.count(func(s *Stats) { s.DeadLettered++ })
@@ -374,24 +496,24 @@ func (p *Producer) deadLetterQuarantined(pd *pending, cause error, done func()) 
 }
 
 // deadLetter diverts pd under pol and settles its promise if that works.
-func (p *Producer) deadLetter(ts *topicState, pol Policy, pd *pending) error {
+func (p *Producer) deadLetter(u *unit, pol Policy, pd *pending) error {
 	if err := p.produceDeadLetter(pol.topic, pd); err != nil {
 		return err
 	}
 	p.mu.Lock()
 	p.stats.DeadLettered++
 	if pol.quarantine && pd.r.Key != nil {
-		if ts.quarantined == nil {
-			ts.quarantined = make(map[string]error)
+		if u.quarantined == nil {
+			u.quarantined = make(map[string]error)
 		}
-		if _, ok := ts.quarantined[string(pd.r.Key)]; !ok {
-			ts.quarantined[string(pd.r.Key)] = pd.err
+		if _, ok := u.quarantined[string(pd.r.Key)]; !ok {
+			u.quarantined[string(pd.r.Key)] = pd.err
 			p.stats.Quarantined++
-			p.updateSlowLocked(ts)
+			p.updateSlowLocked(u)
 		}
 	}
 	p.mu.Unlock()
-	p.logf(kgo.LogLevelWarn, "korder: diverted a record to the dead-letter topic", "topic", ts.name, "dead_letter_topic", pol.topic, "err", pd.err)
+	p.logf(kgo.LogLevelWarn, "korder: diverted a record to the dead-letter topic", u.logKVs("dead_letter_topic", pol.topic, "err", pd.err)...)
 	pd.promise(pd.r, fmt.Errorf("%w: %w", ErrDeadLettered, pd.err))
 	return nil
 }
@@ -406,7 +528,7 @@ const (
 func (p *Producer) produceDeadLetter(topic string, pd *pending) error {
 	err := p.cl.ProduceSync(context.WithoutCancel(pd.ctx), p.deadLetterRecord(topic, pd)).FirstErr()
 	if err != nil {
-		p.recoverKgo(topic)
+		p.recoverKgoTopic(topic)
 	}
 	return err
 }
