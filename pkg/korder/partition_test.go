@@ -1,0 +1,291 @@
+package korder_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
+)
+
+// holdProduceContaining holds the nth produce request (counting from 1)
+// whose records contain value, until release is called; held is closed
+// once it is held. The request is then answered as usual (faults apply).
+func holdProduceContaining(t *testing.T, c *kfake.Cluster, value string, nth int) (held <-chan struct{}, release func()) {
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	t.Cleanup(release)
+	seen := 0
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				if !bytes.Contains(p.Records, []byte(value)) {
+					continue
+				}
+				seen++ // control functions run serially
+				if seen == nth {
+					c.DropControl()
+					close(heldc)
+					c.SleepControl(func() { <-releasec })
+				}
+				return nil, nil, false
+			}
+		}
+		return nil, nil, false
+	})
+	return heldc, release
+}
+
+func waitClosed(ctx context.Context, t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-ctx.Done():
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// With ManualPartitioner, holds are per partition: while the recovery of a
+// poison record on partition 0 is held up (its produce request again is
+// kept by the broker), partition 0 holds new records, and records produced
+// to partition 1 meanwhile are written before the hold ends. The partitions
+// have different leaders, so holding partition 0's request does not hold
+// partition 1's.
+func TestPartitionHolds(t *testing.T) {
+	ctx := testCtx(t)
+	c := twoBrokerCluster(t)
+	poison(c)
+	// The first produce request with the poison record fails it; the
+	// second is Retry producing it again, which the broker keeps.
+	retrying, release := holdProduceContaining(t, c, "POISON", 2)
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Retry(1, 0), korder.DeadLetter(dlq)))
+
+	if err := produceSync(ctx, p, rec(0, "a", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceSync(ctx, p, rec(1, "b", 0)); err != nil {
+		t.Fatal(err)
+	}
+	ps := newPromises()
+	bad := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("a"), Value: []byte("POISON")}
+	p.Produce(ctx, bad, ps.fn())
+	waitClosed(ctx, t, retrying, "the recovery to produce the poison record again")
+
+	// Partition 0 recovers: its new records are held.
+	exp0 := []string{"a-0"}
+	held := map[*kgo.Record]bool{}
+	for i := 1; i <= 3; i++ {
+		r := rec(0, "a", i)
+		held[r] = true
+		exp0 = append(exp0, string(r.Value))
+		p.Produce(ctx, r, ps.fn())
+	}
+	// Partition 1 flows: its records are written during the hold.
+	exp1 := []string{"b-0"}
+	for i := 1; i <= 5; i++ {
+		r := rec(1, "b", i)
+		exp1 = append(exp1, string(r.Value))
+		if err := produceSync(ctx, p, r); err != nil {
+			t.Fatalf("partition 1 during partition 0's hold: %v", err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 1, exp1)
+	s := p.Stats()
+	if s.Held != 3 {
+		t.Fatalf("held %d during the hold, expected partition 0's 3", s.Held)
+	}
+	if s.PartitionHoldTime[topic][0] <= 0 {
+		t.Errorf("no hold time for partition 0 during its hold: %+v", s.PartitionHoldTime)
+	}
+	ps.mu.Lock()
+	for r := range held {
+		if errs, ok := ps.calls[r]; ok {
+			t.Errorf("held record %s finished during the hold: %v", r.Value, errs)
+		}
+	}
+	ps.mu.Unlock()
+
+	release()
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		switch {
+		case r == bad:
+			if !errors.Is(err, korder.ErrDeadLettered) || !errors.Is(err, kerr.InvalidRecord) {
+				t.Errorf("poison record got %v, expected ErrDeadLettered wrapping INVALID_RECORD", err)
+			}
+		case err != nil:
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, exp0)
+	expectLog(ctx, t, c, topic, 1, exp1)
+	expectLog(ctx, t, c, dlq, 0, []string{"POISON"})
+	s = p.Stats()
+	if s.Held != 0 || s.PartitionHoldTime[topic][0] <= 0 || s.PartitionHoldTime[topic][1] != 0 || s.HoldTime[topic] != s.PartitionHoldTime[topic][0] {
+		t.Errorf("stats after the hold: held %d, hold time %v, per partition %v", s.Held, s.HoldTime, s.PartitionHoldTime)
+	}
+}
+
+// A failure of the whole topic (a record larger than MaxBufferedBytes fails
+// before it is partitioned, and kgo rejects every later record of the
+// topic) while records of several partitions are in flight: records
+// produced as the topic fails (from the application's failure hook, which
+// kgo calls before the Producer's) are rejected; records produced after it,
+// to the partitions seen and to one not produced to yet, are held until
+// every partition has finished what it had in flight. Each record is
+// checked against the guarantee; with per-partition holds, every record of
+// the other partitions is written, whatever the policy. The close variant
+// closes the Producer during the hold instead.
+func TestMatrixTopicFailure(t *testing.T) {
+	for _, closeDuringHold := range []bool{false, true} {
+		t.Run(map[bool]string{false: "release", true: "close"}[closeDuringHold], func(t *testing.T) {
+			forEachPolicy(t, func(t *testing.T, pol matrixPolicy) {
+				testMatrixTopicFailure(t, pol, closeDuringHold)
+			})
+		})
+	}
+}
+
+func testMatrixTopicFailure(t *testing.T, pol matrixPolicy, closeDuringHold bool) {
+	ctx := testCtx(t)
+	m := newMatrixRun(t, pol, 3, []kgo.Opt{kgo.MaxBufferedBytes(64 << 10)})
+	// Keep the records before the failure in flight until release.
+	inFlight, release := holdProduceContaining(t, m.c, "g0-1", 1)
+	m.produce(ctx, 0, m.rec(0, 0)) // partition 0
+	m.produce(ctx, 0, m.rec(0, 1)) // partition 1
+	waitClosed(ctx, t, inFlight, "the produce request to be held")
+	m.produce(ctx, 0, m.rec(0, 3)) // partition 0
+	m.produce(ctx, 0, m.rec(0, 4)) // partition 1
+
+	m.onFailure = func() {
+		// The topic has failed in kgo, and the Producer does not know
+		// yet: these are rejected.
+		m.produce(ctx, 1, m.rec(1, 0))
+		m.produce(ctx, 1, m.rec(1, 1))
+	}
+	big := m.rec(0, 6) // partition 0
+	big.Value = append(big.Value, bytes.Repeat([]byte("x"), 100<<10)...)
+	m.produce(ctx, 0, big)
+	// Both hooks ran inside Produce, which fails the record before
+	// partitioning it.
+	m.waitFailure(ctx)
+
+	// Held until every partition has drained, including partition 2,
+	// which nothing was produced to yet.
+	for _, i := range []int{3, 4, 2, 5} {
+		m.produce(ctx, 1, m.rec(1, i))
+	}
+	// With per-topic holds, the rejection of g1-0 may already hold the
+	// topic when g1-1 is produced (if kgo calls its promise at once).
+	if s := m.p.Stats(); s.Held != 4 && (pol.mode.perPartition || s.Held != 5) {
+		t.Fatalf("held %d after the topic failed, expected the 4 records produced since", s.Held)
+	}
+
+	if closeDuringHold {
+		closed := make(chan struct{})
+		go func() { m.p.Close(); close(closed) }()
+		waitClosed(ctx, t, closed, "Close during the hold to return")
+		release()
+		m.checkRun(ctx)
+		return
+	}
+	release()
+	errs := m.checkRun(ctx)
+	if err := errs[big]; !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("the record larger than MaxBufferedBytes got %v", err)
+	}
+	if !pol.mode.perPartition {
+		return
+	}
+	for r, err := range errs {
+		if r.Partition != big.Partition && err != nil {
+			t.Errorf("record %s of partition %d: %v, expected it written", r.Value, r.Partition, err)
+		}
+	}
+	if s := m.p.Stats(); len(s.PartitionHoldTime[topic]) != matrixPartitions {
+		t.Errorf("hold time per partition %v: expected every partition to have held", s.PartitionHoldTime)
+	}
+}
+
+// Holds are per partition only with ManualPartitioner, and not with
+// TopicHolds; a BasicConsistentPartitioner that does not pick the record's
+// Partition field gets per-topic holds although it shares
+// ManualPartitioner's type.
+func TestPartitionHoldsDetection(t *testing.T) {
+	hashed := kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
+		return func(r *kgo.Record, n int) int { return len(r.Key) % n }
+	})
+	for _, tc := range []struct {
+		name         string
+		part         kgo.Partitioner
+		opts         []korder.Opt
+		perPartition bool
+	}{
+		{"manual", kgo.ManualPartitioner(), nil, true},
+		{"manual+TopicHolds", kgo.ManualPartitioner(), []korder.Opt{korder.TopicHolds()}, false},
+		{"basic-consistent", hashed, nil, false},
+		{"default", nil, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := newCluster(t, 1)
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.NotEnoughReplicas})
+			kopts := []kgo.Opt{kgo.RecordRetries(0)}
+			if tc.part != nil {
+				kopts = append(kopts, kgo.RecordPartitioner(tc.part))
+			} else {
+				kopts = append(kopts, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+			}
+			p := newProducer(t, c, kopts, append([]korder.Opt{korder.WithPolicies(korder.Retry(3, time.Millisecond), korder.Stop())}, tc.opts...)...)
+			if err := produceSync(ctx, p, rec(0, "k", 0)); err != nil {
+				t.Fatal(err)
+			}
+			s := p.Stats()
+			if s.Failures != 1 {
+				t.Fatalf("failures %d, expected 1", s.Failures)
+			}
+			if got := s.PartitionHoldTime != nil; got != tc.perPartition {
+				t.Errorf("per-partition holds %v, expected %v (hold time %v, per partition %v)", got, tc.perPartition, s.HoldTime, s.PartitionHoldTime)
+			}
+		})
+	}
+}
+
+// With per-partition holds, Stop stops only the failed partition; Resume
+// resumes it.
+func TestStopPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Stop()))
+
+	if err := produceSync(ctx, p, rec(0, "a", 0)); !errors.Is(err, korder.ErrStopped) || !errors.Is(err, kerr.InvalidRecord) {
+		t.Fatalf("got %v, expected ErrStopped wrapping INVALID_RECORD", err)
+	}
+	if err := produceSync(ctx, p, rec(0, "a", 1)); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("partition 0 after the stop: %v", err)
+	}
+	if err := produceSync(ctx, p, rec(1, "b", 0)); err != nil {
+		t.Fatalf("partition 1 after partition 0 stopped: %v", err)
+	}
+	h.Remove()
+	p.Resume(topic)
+	if err := produceSync(ctx, p, rec(0, "a", 2)); err != nil {
+		t.Fatalf("partition 0 after Resume: %v", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"a-2"})
+	expectLog(ctx, t, c, topic, 1, []string{"b-0"})
+	if s := p.Stats(); s.Stopped != 1 {
+		t.Errorf("stats %+v: expected the one record the stop failed", s)
+	}
+}
