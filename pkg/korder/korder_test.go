@@ -248,16 +248,7 @@ func TestIsolateDeadLetter(t *testing.T) {
 	}
 	close(release)
 	ps.wait(ctx, t)
-	for r, err := range ps.check(t) {
-		switch {
-		case r == poisoned:
-			if !errors.Is(err, korder.ErrDeadLettered) || !errors.Is(err, kerr.InvalidRecord) {
-				t.Errorf("poison record got %v, expected ErrDeadLettered wrapping INVALID_RECORD", err)
-			}
-		case err != nil:
-			t.Errorf("record %s: %v", r.Value, err)
-		}
-	}
+	checkPoisonDeadLettered(t, ps, poisoned)
 	expectLog(ctx, t, c, topic, 0, exp)
 	dl := readAll(ctx, t, c, dlq, 0)
 	if len(dl) != 1 || string(dl[0].Value) != "POISON" || string(dl[0].Key) != "k" {
@@ -340,6 +331,23 @@ func testQuarantineKeys(t *testing.T, during bool) {
 		t.Fatalf("after releasing: %v", err)
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"other-1", "K-3"})
+}
+
+// checkPoisonDeadLettered checks that every promise ran once, that poisoned
+// was dead-lettered with INVALID_RECORD, and that every other record was
+// written.
+func checkPoisonDeadLettered(t *testing.T, ps *promises, poisoned *kgo.Record) {
+	t.Helper()
+	for r, err := range ps.check(t) {
+		switch {
+		case r == poisoned:
+			if !errors.Is(err, korder.ErrDeadLettered) || !errors.Is(err, kerr.InvalidRecord) {
+				t.Errorf("poison record got %v, expected ErrDeadLettered wrapping INVALID_RECORD", err)
+			}
+		case err != nil:
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
 }
 
 func produceSync(ctx context.Context, p *korder.Producer, r *kgo.Record) error {

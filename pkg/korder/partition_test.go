@@ -117,16 +117,7 @@ func TestPartitionHolds(t *testing.T) {
 
 	release()
 	ps.wait(ctx, t)
-	for r, err := range ps.check(t) {
-		switch {
-		case r == bad:
-			if !errors.Is(err, korder.ErrDeadLettered) || !errors.Is(err, kerr.InvalidRecord) {
-				t.Errorf("poison record got %v, expected ErrDeadLettered wrapping INVALID_RECORD", err)
-			}
-		case err != nil:
-			t.Errorf("record %s: %v", r.Value, err)
-		}
-	}
+	checkPoisonDeadLettered(t, ps, bad)
 	expectLog(ctx, t, c, topic, 0, exp0)
 	expectLog(ctx, t, c, topic, 1, exp1)
 	expectLog(ctx, t, c, dlq, 0, []string{"POISON"})
