@@ -280,3 +280,63 @@ func TestStopPartition(t *testing.T) {
 		t.Errorf("stats %+v: expected the one record the stop failed", s)
 	}
 }
+
+// Resume while the whole topic is failed, with per-partition holds:
+// partition 0 is stopped (Stop, a poison record); then the topic fails as a
+// whole while partition 1 has a record in flight; Resume(topic) comes while
+// the topic is still failed. Nothing may be written out of order, every
+// promise runs once, and once the record in flight finishes, every record
+// produced after the Resume is written.
+func TestResumeWhileTopicFailed(t *testing.T) {
+	ctx := testCtx(t)
+	pol := matrixPolicy{name: "Stop", policies: []korder.Policy{korder.Stop()}, poisonFate: korder.ErrStopped, stops: true, mode: partitionHolds}
+	// Partitions 0 and 1 on different brokers: the held request to
+	// partition 1 does not delay partition 0's.
+	m := newMatrixRunOn(t, twoBrokerCluster(t), pol, 1, []kgo.Opt{kgo.MaxBufferedBytes(64 << 10)})
+	poison(m.c)
+	inFlight, release := holdProduceContaining(t, m.c, "g0-1", 1)
+	m.produce(ctx, 0, m.rec(0, 1)) // partition 1, held by the cluster
+	waitClosed(ctx, t, inFlight, "the produce request to be held")
+
+	poisoned := poisonValue(m.rec(0, 3)) // partition 0
+	m.produce(ctx, 0, poisoned)
+	m.waitFailure(ctx)
+	for m.p.Stats().Stopped == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("partition 0 did not stop: %+v", m.p.Stats())
+		case <-time.After(time.Millisecond):
+		}
+	}
+
+	big := m.rec(0, 5) // partition 2; fails the whole topic before partitioning
+	big.Value = append(big.Value, bytes.Repeat([]byte("x"), 100<<10)...)
+	m.produce(ctx, 0, big)
+	// Held; the failure of big is partition 2's own, so Stop stops
+	// partition 2 once the topic recovers, and this record with it.
+	stopped := m.rec(0, 8)
+	m.produce(ctx, 0, stopped)
+	m.produce(ctx, 0, m.rec(0, 4)) // partition 1: held
+
+	m.p.Resume(topic)
+	after := []*kgo.Record{m.rec(0, 6), m.rec(0, 9), m.rec(0, 7)} // partitions 0, 0, 1
+	for _, r := range after {
+		m.produce(ctx, 0, r)
+	}
+	release()
+	errs := m.checkRun(ctx)
+	if err := errs[poisoned]; !errors.Is(err, korder.ErrStopped) || !errors.Is(err, kerr.InvalidRecord) {
+		t.Errorf("poison record got %v, expected ErrStopped wrapping INVALID_RECORD", err)
+	}
+	if err := errs[big]; !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("the record larger than MaxBufferedBytes got %v", err)
+	}
+	if err := errs[stopped]; !errors.Is(err, korder.ErrStopped) || !errors.Is(err, kerr.MessageTooLarge) {
+		t.Errorf("record %s behind big got %v, expected ErrStopped wrapping MESSAGE_TOO_LARGE", stopped.Value, err)
+	}
+	for r, err := range errs {
+		if r != poisoned && r != big && r != stopped && err != nil {
+			t.Errorf("record %s of partition %d: %v, expected it written", r.Value, r.Partition, err)
+		}
+	}
+}
