@@ -94,8 +94,9 @@ var (
 
 // Producer is an ordered producer. It is safe for concurrent use.
 type Producer struct {
-	cl  *kgo.Client
-	cfg config
+	cl           *kgo.Client
+	cfg          config
+	defaultTopic string // kgo.DefaultProduceTopic, read once
 
 	// basic is whether the client's partitioner has the type of
 	// kgo.ManualPartitioner() and TopicHolds was not given: each topic's
@@ -214,6 +215,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.cl = cl
+	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 	p.basic = !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner())
 	return p, nil
@@ -430,9 +432,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise = func(*kgo.Record, error) {}
 	}
 	if r.Topic == "" {
-		if def, _ := p.cl.OptValue(kgo.DefaultProduceTopic).(string); def != "" {
-			r.Topic = def
-		}
+		r.Topic = p.defaultTopic
 	}
 
 	// The fast path: nothing is wrong with the record's unit.

@@ -615,3 +615,16 @@ func producePoisoned(ctx context.Context, p *korder.Producer, ps *promises, n, a
 	}
 	return exp
 }
+
+// A record without a topic goes to kgo.DefaultProduceTopic, as with kgo.
+func TestDefaultProduceTopic(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	p := newProducer(t, c, []kgo.Opt{kgo.DefaultProduceTopic(topic)})
+	r := rec(0, "k", 0)
+	r.Topic = ""
+	if err := produceSync(ctx, p, r); err != nil {
+		t.Fatal(err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"k-0"})
+}
