@@ -759,7 +759,6 @@ func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 		if _, ok := u.quarantined[string(key)]; ok {
 			delete(u.quarantined, string(key))
 			p.updateSlowLocked(u)
-			p.stats.Quarantined--
 			p.logf(kgo.LogLevelInfo, "korder: released quarantined key", u.logKVs("key", string(key))...)
 		}
 	})

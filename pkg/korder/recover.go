@@ -57,6 +57,7 @@ func (p *Producer) Stats() Stats {
 		}
 		ts.eachUnit(func(u *unit) {
 			s.Held += int64(len(u.held))
+			s.Quarantined += int64(len(u.quarantined))
 			if !u.recovering {
 				return
 			}
@@ -508,7 +509,6 @@ func (p *Producer) deadLetter(u *unit, pol Policy, pd *pending) error {
 		}
 		if _, ok := u.quarantined[string(pd.r.Key)]; !ok {
 			u.quarantined[string(pd.r.Key)] = pd.err
-			p.stats.Quarantined++
 			p.updateSlowLocked(u)
 		}
 	}
