@@ -183,6 +183,15 @@ type unit struct {
 	quarantined map[string]error // keys whose records go to the dead-letter topic
 }
 
+// quarantineCause returns why key is quarantined in u, or nil if it is not
+// (records without a key never are). Under p.mu.
+func (u *unit) quarantineCause(key []byte) error {
+	if key == nil {
+		return nil
+	}
+	return u.quarantined[string(key)]
+}
+
 // perPartition returns whether u is one partition of its topic.
 func (u *unit) perPartition() bool { return u.t.whole == nil }
 
@@ -482,7 +491,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			promise(r, fmt.Errorf("%w: %w", ErrStopped, cause))
 			return
 		}
-		if cause, ok := u.quarantined[string(r.Key)]; ok && r.Key != nil && !u.recovering && len(u.held) == 0 {
+		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
 			pd.seq = u.seq.Add(1)
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, nil)

@@ -109,7 +109,7 @@ func (p *Producer) recover(u *unit) {
 		pd := u.held[0]
 		u.held = u.held[1:]
 		u.wakeLocked()
-		if cause, ok := u.quarantined[string(pd.r.Key)]; ok && pd.r.Key != nil {
+		if cause := u.quarantineCause(pd.r.Key); cause != nil {
 			// Held while the quarantine began: divert it as Produce
 			// would have.
 			p.mu.Unlock()
@@ -456,9 +456,9 @@ func (p *Producer) divertQuarantined(u *unit, queue []*pending) []*pending {
 	kept := queue[:0]
 	for _, pd := range queue {
 		p.mu.Lock()
-		cause, ok := u.quarantined[string(pd.r.Key)]
+		cause := u.quarantineCause(pd.r.Key)
 		p.mu.Unlock()
-		if ok && pd.r.Key != nil {
+		if cause != nil {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			p.deadLetterQuarantined(pd, cause, wg.Done)
