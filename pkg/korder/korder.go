@@ -98,10 +98,10 @@ type Producer struct {
 	cfg          config
 	defaultTopic string // kgo.DefaultProduceTopic, read once
 
-	// basic is whether the client's partitioner has the type of
-	// kgo.ManualPartitioner() and TopicHolds was not given: each topic's
-	// partitioner is then probed when the topic is first seen.
-	basic bool
+	// probe is the client's partitioner if it has the type of
+	// kgo.ManualPartitioner() and TopicHolds was not given, else nil: it
+	// is probed for each topic when the topic is first seen (manualFor).
+	probe kgo.Partitioner
 
 	// fast is a copy-on-write snapshot of topics for the lock-free
 	// Produce path; topics changes only when a topic is first seen.
@@ -226,7 +226,9 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.cl = cl
 	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
-	p.basic = !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner())
+	if !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner()) {
+		p.probe = part
+	}
 	return p, nil
 }
 
@@ -237,7 +239,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 // partition from anything else (a key, a counter, the partition count)
 // misses at least one of them. A partitioner that panics is not manual.
 func (p *Producer) manualFor(topic string) (manual bool) {
-	if !p.basic {
+	if p.probe == nil {
 		return false
 	}
 	defer func() {
@@ -245,8 +247,7 @@ func (p *Producer) manualFor(topic string) (manual bool) {
 			manual = false
 		}
 	}()
-	part, _ := p.cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
-	tp := part.ForTopic(topic)
+	tp := p.probe.ForTopic(topic)
 	for _, key := range [][]byte{nil, []byte("korder-probe-a"), []byte("korder-probe-b")} {
 		for _, n := range []int{1 << 20, 1<<20 + 7} {
 			for _, partition := range []int32{3, 0, 7, 1, 1<<20 - 1, 2} {
