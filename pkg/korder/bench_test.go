@@ -163,8 +163,7 @@ func benchRun(b *testing.B, produce func(context.Context, *kgo.Record, func(*kgo
 			return
 		}
 		if unexpected.Add(1) == 1 {
-			first := err // declared here, so that only this path allocates
-			firstErr.Store(&first)
+			firstErr.Store(&err)
 		}
 	}
 

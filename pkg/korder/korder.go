@@ -157,31 +157,18 @@ const maxFastPartition = 1 << 14
 // unit is the unit of holding and recovery: a topic with per-topic holds, a
 // topic's partition with per-partition holds.
 type unit struct {
-	p         *Producer
 	t         *topicState
 	partition int32 // per-partition holds; -1 for a whole topic
 
 	// While slow is false (no recovery, hold, stop or quarantine, and not
 	// closed), Produce hands records to kgo without taking the Producer's
-	// mutex: it counts the record in, then checks slow again. A recovery
-	// sets slow, then starts only once inflight is zero, so a record
-	// either sees slow and takes the locked path, or is counted before
-	// the recovery can start.
-	//
-	// The records in flight are in minus out. in is written by producing
-	// goroutines, out by kgo's promise goroutine, and slow only when the
-	// state changes; each has a cache line of its own, so that the two
-	// sides do not take a line from each other on every record.
-	//
-	// in also numbers the records in Produce order (pending.seq), so that
-	// the fast path needs one atomic add, not two. A record that is not
-	// handed to kgo takes its number with nextSeqLocked.
-	slow atomic.Bool
-	_    [64]byte
-	in   atomic.Int64 // records handed to kgo, and seq
-	_    [64]byte
-	out  atomic.Int64 // records handed to kgo whose promise has run
-	_    [64]byte
+	// mutex: it adds to inflight, then checks slow again. A recovery sets
+	// slow, then starts only once inflight is zero, so a record either
+	// sees slow and takes the locked path, or is counted before the
+	// recovery can start.
+	slow     atomic.Bool
+	inflight atomic.Int64  // records handed to kgo whose promise has not run
+	seq      atomic.Uint64 // Produce order within the unit
 
 	failed []*pending // failed or rejected since the failure, in any order
 	held   []*pending // produced while the unit recovers, in order
@@ -194,26 +181,6 @@ type unit struct {
 	holdStart  time.Time
 
 	quarantined map[string]error // keys whose records go to the dead-letter topic
-}
-
-// inflight returns how many records handed to kgo have not had their
-// promise run. out is read first: in only grows, so the result is never
-// below the true count at the time out was read, and zero means that
-// nothing was in flight when in was read.
-func (u *unit) inflight() int64 {
-	out := u.out.Load()
-	return u.in.Load() - out
-}
-
-// nextSeqLocked numbers a record that is not handed to kgo (held or
-// diverted): it is counted in and out at once. A promise that finishes
-// between the two adds sees in ahead of out and leaves starting the
-// recovery to the caller, which must call maybeRecoverLocked if the unit
-// may be waiting for its last record in flight.
-func (u *unit) nextSeqLocked() uint64 {
-	seq := u.in.Add(1)
-	u.out.Add(1)
-	return uint64(seq)
 }
 
 // quarantineCause returns why key is quarantined in u, or nil if it is not
@@ -372,7 +339,7 @@ func (p *Producer) topicLocked(topic string) *topicState {
 }
 
 func (p *Producer) newUnitLocked(ts *topicState, partition int32) *unit {
-	u := &unit{p: p, t: ts, partition: partition, space: make(chan struct{})}
+	u := &unit{t: ts, partition: partition, space: make(chan struct{})}
 	u.slow.Store(p.closed)
 	return u
 }
@@ -485,25 +452,29 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			u = ts.fastPart(r.Partition)
 		}
 		if u != nil && !u.slow.Load() {
-			seq := uint64(u.in.Add(1))
+			u.inflight.Add(1)
 			if !u.slow.Load() {
-				// The closure reaches the Producer through u: one
-				// word less to allocate for every record.
+				seq := u.seq.Add(1)
 				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 					if err == nil || !isProduceFailure(err) {
-						u.doneFast()
-						if err != nil {
-							err = closedErr(err)
+						if u.inflight.Add(-1) == 0 && u.slow.Load() {
+							p.mu.Lock()
+							p.maybeRecoverLocked(u)
+							p.mu.Unlock()
 						}
-						promise(r, err)
+						promise(r, closedErr(err))
 						return
 					}
-					u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+					p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
 				})
 				return
 			}
 			// A recovery began: back out and take the locked path.
-			u.doneFast()
+			if u.inflight.Add(-1) == 0 {
+				p.mu.Lock()
+				p.maybeRecoverLocked(u)
+				p.mu.Unlock()
+			}
 		}
 	}
 
@@ -522,24 +493,22 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
-			pd.seq = u.nextSeqLocked() // nothing waits: u is not recovering
+			pd.seq = u.seq.Add(1)
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, nil)
 			return
 		}
 		if !u.recovering && len(u.held) == 0 {
-			pd.seq = uint64(u.in.Add(1))
+			pd.seq = u.seq.Add(1)
+			u.inflight.Add(1)
 			p.mu.Unlock()
 			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 			return
 		}
 		if len(u.held) < p.cfg.maxHeld {
-			pd.seq = u.nextSeqLocked()
+			pd.seq = u.seq.Add(1)
 			u.held = append(u.held, pd)
 			p.updateSlowLocked(u)
-			if u.recovering && !u.running {
-				p.maybeRecoverLocked(u) // see nextSeqLocked
-			}
 			p.mu.Unlock()
 			return
 		}
@@ -552,17 +521,6 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		p.mu.Lock()
-	}
-}
-
-// doneFast counts out a record that Produce counted in without the lock,
-// and starts the recovery if one waits for it to be the last.
-func (u *unit) doneFast() {
-	out := u.out.Add(1)
-	if u.slow.Load() && u.in.Load() == out {
-		u.p.mu.Lock()
-		u.p.maybeRecoverLocked(u)
-		u.p.mu.Unlock()
 	}
 }
 
@@ -597,7 +555,7 @@ func (ts *topicState) fastPart(partition int32) *unit {
 // outside recovery.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
 	p.mu.Lock()
-	u.out.Add(1)
+	u.inflight.Add(-1)
 	if err == nil || !isProduceFailure(err) || p.closed {
 		if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
@@ -638,7 +596,7 @@ func isProduceFailure(err error) bool {
 // maybeRecoverLocked starts the unit's recovery once it is recovering and
 // nothing it handed to kgo is still in flight.
 func (p *Producer) maybeRecoverLocked(u *unit) {
-	if !u.recovering || u.running || u.inflight() > 0 || p.closed {
+	if !u.recovering || u.running || u.inflight.Load() > 0 || p.closed {
 		u.wakeLocked()
 		return
 	}
@@ -726,11 +684,11 @@ func (p *Producer) Close() {
 			failed []*pending
 		)
 		p.eachUnitLocked(func(u *unit) {
-			if !u.running && u.inflight() == 0 {
+			if !u.running && u.inflight.Load() == 0 {
 				failed = append(failed, u.failed...)
 				u.failed = nil
 			}
-			if u.running || u.inflight() > 0 {
+			if u.running || u.inflight.Load() > 0 {
 				wait = u.space
 			}
 		})
