@@ -163,7 +163,8 @@ func benchRun(b *testing.B, produce func(context.Context, *kgo.Record, func(*kgo
 			return
 		}
 		if unexpected.Add(1) == 1 {
-			firstErr.Store(&err)
+			first := err // declared here, so that only this path allocates
+			firstErr.Store(&first)
 		}
 	}
 
