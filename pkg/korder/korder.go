@@ -684,13 +684,16 @@ func (p *Producer) Close() {
 			failed []*pending
 		)
 		p.eachUnitLocked(func(u *unit) {
-			if !u.running && u.inflight.Load() == 0 {
-				failed = append(failed, u.failed...)
-				u.failed = nil
-			}
+			// One read of inflight: a promise may count a record out
+			// between two reads without the lock, and a unit seen busy
+			// by the first and idle by the second would keep its
+			// failed records, and Close return without their promises.
 			if u.running || u.inflight.Load() > 0 {
 				wait = u.space
+				return
 			}
+			failed = append(failed, u.failed...)
+			u.failed = nil
 		})
 		p.mu.Unlock()
 		for _, pd := range failed {
