@@ -157,18 +157,33 @@ const maxFastPartition = 1 << 14
 // unit is the unit of holding and recovery: a topic with per-topic holds, a
 // topic's partition with per-partition holds.
 type unit struct {
+	p         *Producer
 	t         *topicState
 	partition int32 // per-partition holds; -1 for a whole topic
 
 	// While slow is false (no recovery, hold, stop or quarantine, and not
 	// closed), Produce hands records to kgo without taking the Producer's
-	// mutex: it adds to inflight, then checks slow again. A recovery sets
-	// slow, then starts only once inflight is zero, so a record either
-	// sees slow and takes the locked path, or is counted before the
-	// recovery can start.
-	slow     atomic.Bool
-	inflight atomic.Int64  // records handed to kgo whose promise has not run
-	seq      atomic.Uint64 // Produce order within the unit
+	// mutex: it counts the record in, then checks slow again. A recovery
+	// sets slow, then starts only once nothing is in flight, so a record
+	// either sees slow and takes the locked path, or is counted before
+	// the recovery can start.
+	//
+	// The records in flight are in minus out (see inflight). in is
+	// written by producing goroutines, out by the goroutine that calls
+	// kgo's promises, and slow only when the unit's state changes: each
+	// has a cache line of its own, so that the two sides do not take a
+	// line from each other on every record.
+	//
+	// in also numbers the records in Produce order (pending.seq), so that
+	// the fast path does one atomic add, not two. A record that is not
+	// handed to kgo (held, or diverted) takes its number with
+	// nextSeqLocked.
+	slow atomic.Bool
+	_    [cacheLine]byte
+	in   atomic.Uint64 // records counted in, and the last number taken
+	_    [cacheLine]byte
+	out  atomic.Uint64 // records counted out: their promise has run
+	_    [cacheLine]byte
 
 	failed []*pending // failed or rejected since the failure, in any order
 	held   []*pending // produced while the unit recovers, in order
@@ -181,6 +196,44 @@ type unit struct {
 	holdStart  time.Time
 
 	quarantined map[string]error // keys whose records go to the dead-letter topic
+}
+
+// cacheLine is the padding between a unit's counters: 64 bytes is the line
+// size of amd64 and of most arm64 cores.
+const cacheLine = 64
+
+// inflight returns how many records the unit counted in have not been
+// counted out. out is read first: in only grows and is never behind out,
+// so the result is never below the count at the time out was read, and
+// zero means that nothing was in flight from then until in was read. Under
+// p.mu it is exact for the records that take the lock (nextSeqLocked's
+// pair of adds is never seen halfway).
+func (u *unit) inflight() uint64 {
+	out := u.out.Load()
+	return u.in.Load() - out
+}
+
+// nextSeqLocked numbers a record that is not handed to kgo (held or
+// diverted): it is counted in and out at once, under p.mu, where every
+// decision to start a recovery is taken.
+func (u *unit) nextSeqLocked() uint64 {
+	seq := u.in.Add(1)
+	u.out.Add(1)
+	return seq
+}
+
+// doneFast counts out a record that Produce counted in without the lock.
+// While the unit is slow, a recovery may be waiting for this record to be
+// the last in flight, so it takes the lock and asks (maybeRecoverLocked).
+// A recovery that sets slow after the load here sees this record counted
+// out when it checks, under the lock.
+func (u *unit) doneFast() {
+	u.out.Add(1)
+	if u.slow.Load() {
+		u.p.mu.Lock()
+		u.p.maybeRecoverLocked(u)
+		u.p.mu.Unlock()
+	}
 }
 
 // quarantineCause returns why key is quarantined in u, or nil if it is not
@@ -339,7 +392,7 @@ func (p *Producer) topicLocked(topic string) *topicState {
 }
 
 func (p *Producer) newUnitLocked(ts *topicState, partition int32) *unit {
-	u := &unit{t: ts, partition: partition, space: make(chan struct{})}
+	u := &unit{p: p, t: ts, partition: partition, space: make(chan struct{})}
 	u.slow.Store(p.closed)
 	return u
 }
@@ -452,29 +505,25 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			u = ts.fastPart(r.Partition)
 		}
 		if u != nil && !u.slow.Load() {
-			u.inflight.Add(1)
+			seq := u.in.Add(1)
 			if !u.slow.Load() {
-				seq := u.seq.Add(1)
+				// The closure reaches the Producer through u: one
+				// word less to allocate for every record.
 				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 					if err == nil || !isProduceFailure(err) {
-						if u.inflight.Add(-1) == 0 && u.slow.Load() {
-							p.mu.Lock()
-							p.maybeRecoverLocked(u)
-							p.mu.Unlock()
+						u.doneFast()
+						if err != nil {
+							err = closedErr(err)
 						}
-						promise(r, closedErr(err))
+						promise(r, err)
 						return
 					}
-					p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+					u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
 				})
 				return
 			}
 			// A recovery began: back out and take the locked path.
-			if u.inflight.Add(-1) == 0 {
-				p.mu.Lock()
-				p.maybeRecoverLocked(u)
-				p.mu.Unlock()
-			}
+			u.doneFast()
 		}
 	}
 
@@ -493,20 +542,19 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
-			pd.seq = u.seq.Add(1)
+			pd.seq = u.nextSeqLocked()
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, nil)
 			return
 		}
 		if !u.recovering && len(u.held) == 0 {
-			pd.seq = u.seq.Add(1)
-			u.inflight.Add(1)
+			pd.seq = u.in.Add(1) // counted in: handed to kgo
 			p.mu.Unlock()
 			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 			return
 		}
 		if len(u.held) < p.cfg.maxHeld {
-			pd.seq = u.seq.Add(1)
+			pd.seq = u.nextSeqLocked()
 			u.held = append(u.held, pd)
 			p.updateSlowLocked(u)
 			p.mu.Unlock()
@@ -555,7 +603,7 @@ func (ts *topicState) fastPart(partition int32) *unit {
 // outside recovery.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
 	p.mu.Lock()
-	u.inflight.Add(-1)
+	u.out.Add(1)
 	if err == nil || !isProduceFailure(err) || p.closed {
 		if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
 			err = fmt.Errorf("%w: %w", ErrClosed, err)
@@ -596,7 +644,7 @@ func isProduceFailure(err error) bool {
 // maybeRecoverLocked starts the unit's recovery once it is recovering and
 // nothing it handed to kgo is still in flight.
 func (p *Producer) maybeRecoverLocked(u *unit) {
-	if !u.recovering || u.running || u.inflight.Load() > 0 || p.closed {
+	if !u.recovering || u.running || u.inflight() > 0 || p.closed {
 		u.wakeLocked()
 		return
 	}
@@ -688,7 +736,7 @@ func (p *Producer) Close() {
 			// between two reads without the lock, and a unit seen busy
 			// by the first and idle by the second would keep its
 			// failed records, and Close return without their promises.
-			if u.running || u.inflight.Load() > 0 {
+			if u.running || u.inflight() > 0 {
 				wait = u.space
 				return
 			}

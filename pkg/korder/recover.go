@@ -117,7 +117,7 @@ func (p *Producer) recover(u *unit) {
 			p.mu.Lock()
 			continue
 		}
-		u.inflight.Add(1)
+		u.in.Add(1) // counted in: handed to kgo
 		p.mu.Unlock()
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 		p.mu.Lock()
@@ -417,7 +417,7 @@ func (p *Producer) gate(u *unit) {
 // kgo or can hand anything to it: each is parked in gate, or stopped.
 func (ts *topicState) quiescentLocked() bool {
 	for _, u := range ts.units {
-		if !u.parked && (u.stopped == nil || u.running || u.inflight.Load() > 0) {
+		if !u.parked && (u.stopped == nil || u.running || u.inflight() > 0) {
 			return false
 		}
 	}
