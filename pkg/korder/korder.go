@@ -97,6 +97,7 @@ type Producer struct {
 	cl           *kgo.Client
 	cfg          config
 	defaultTopic string // kgo.DefaultProduceTopic, read once
+	maxCarriers  int    // the largest carrier ring of a unit (see carrier)
 
 	// probe is the client's partitioner if it has the type of
 	// kgo.ManualPartitioner() and TopicHolds was not given, else nil: it
@@ -178,12 +179,15 @@ type unit struct {
 	// the fast path does one atomic add, not two. A record that is not
 	// handed to kgo (held, or diverted) takes its number with
 	// nextSeqLocked.
-	slow atomic.Bool
-	_    [cacheLine]byte
-	in   atomic.Uint64 // records counted in, and the last number taken
-	_    [cacheLine]byte
-	out  atomic.Uint64 // records counted out: their promise has run
-	_    [cacheLine]byte
+	slow     atomic.Bool
+	carriers atomic.Pointer[carrierRing] // see carrier; nil until the first miss
+	_        [cacheLine]byte
+	in       atomic.Uint64 // records counted in, and the last number taken
+	_        [cacheLine]byte
+	out      atomic.Uint64 // records counted out: their promise has run
+	_        [cacheLine]byte
+	misses   atomic.Uint64 // claims that found no free carrier in this ring
+	growing  atomic.Bool   // a claim is replacing the ring
 
 	failed []*pending // failed or rejected since the failure, in any order
 	held   []*pending // produced while the unit recovers, in order
@@ -278,6 +282,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	}
 	p.cl = cl
 	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
+	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
+	p.maxCarriers = maxCarriersFor(maxBuffered)
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 	if !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner()) {
 		p.probe = part
@@ -507,19 +513,11 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		if u != nil && !u.slow.Load() {
 			seq := u.in.Add(1)
 			if !u.slow.Load() {
-				// The closure reaches the Producer through u: one
-				// word less to allocate for every record.
-				p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-					if err == nil || !isProduceFailure(err) {
-						u.doneFast()
-						if err != nil {
-							err = closedErr(err)
-						}
-						promise(r, err)
-						return
-					}
-					u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
-				})
+				if c := u.claim(seq, ctx, promise); c != nil {
+					p.cl.Produce(ctx, r, c.done)
+				} else {
+					p.cl.Produce(ctx, r, func(r *kgo.Record, err error) { u.finishFast(r, err, seq, ctx, promise) })
+				}
 				return
 			}
 			// A recovery began: back out and take the locked path.

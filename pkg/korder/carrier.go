@@ -1,0 +1,127 @@
+package korder
+
+import (
+	"context"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// A carrier takes a record handed to kgo on the lock-free path to its kgo
+// promise: the unit, the record's number and the caller's context and
+// promise. Allocating one per record (a closure) costs more than
+// everything else korder does per record, mostly in garbage collection,
+// so each unit keeps a ring of carriers, each with its promise bound once,
+// and reuses them.
+//
+// A record numbered seq uses slot seq&mask of its unit's ring if that slot
+// is free (the record that used it last has finished), and otherwise
+// allocates a closure as before: a claim is a compare-and-swap, so two
+// records that map to the same slot cannot both take it. A ring that
+// misses often grows (see missed), up to maxCarriersFor the client's
+// MaxBufferedRecords; records whose carrier is in the old ring finish in
+// it, and the old ring is garbage once they have. A ring never shrinks: it
+// keeps about twice as many carriers as the unit once had records in
+// flight.
+type carrier struct {
+	busy    atomic.Bool
+	seq     uint64
+	u       *unit
+	ctx     context.Context
+	promise func(*kgo.Record, error)
+	done    func(*kgo.Record, error) // c.finish, bound once
+}
+
+type carrierRing struct {
+	mask  uint64
+	slots []carrier
+}
+
+// minCarriers is the size of a unit's first ring, and maxCarriers the
+// most a ring may have (72 bytes each, with the bound promise): a unit
+// with more records in flight allocates for those that find no carrier.
+const (
+	minCarriers = 64
+	maxCarriers = 1 << 17
+)
+
+// maxCarriersFor returns the largest ring for a client that buffers up to
+// maxBuffered records: the power of two at or above twice that, so that a
+// unit with every record the client buffers in flight, and as many again
+// whose promises are queued, still finds free carriers; but at least
+// minCarriers and at most maxCarriers. (kgo's default, 50000 records,
+// gives maxCarriers.)
+func maxCarriersFor(maxBuffered int64) int {
+	n := max(2*min(maxBuffered, maxCarriers/2), minCarriers)
+	return 1 << bits.Len64(uint64(n-1))
+}
+
+func newCarrierRing(u *unit, size int) *carrierRing {
+	r := &carrierRing{mask: uint64(size - 1), slots: make([]carrier, size)}
+	for i := range r.slots {
+		c := &r.slots[i]
+		c.u = u
+		c.done = c.finish
+	}
+	return r
+}
+
+// claim returns a free carrier for the record numbered seq, set up with
+// ctx and promise, or nil if there is none: the caller then allocates.
+func (u *unit) claim(seq uint64, ctx context.Context, promise func(*kgo.Record, error)) *carrier {
+	if r := u.carriers.Load(); r != nil {
+		c := &r.slots[seq&r.mask]
+		if !c.busy.Load() && c.busy.CompareAndSwap(false, true) {
+			c.seq, c.ctx, c.promise = seq, ctx, promise
+			return c
+		}
+	}
+	u.missed()
+	return nil
+}
+
+// missed counts a record that found no free carrier, and grows the ring
+// once the misses reach a quarter of its size (unless it is as big as it
+// may get): to twice its size, or to twice the records in flight now if
+// that is more, so that a unit whose load climbs fast gets there in a step
+// or two.
+func (u *unit) missed() {
+	n := u.misses.Add(1)
+	r := u.carriers.Load()
+	size := 0
+	if r != nil {
+		size = len(r.slots)
+	}
+	if size >= u.p.maxCarriers || n < uint64(size/4) || !u.growing.CompareAndSwap(false, true) {
+		return
+	}
+	want := max(2*size, minCarriers, 2*int(min(u.inflight(), maxCarriers)))
+	want = min(1<<bits.Len(uint(want-1)), u.p.maxCarriers)
+	u.carriers.Store(newCarrierRing(u, want))
+	u.misses.Store(0)
+	u.growing.Store(false)
+}
+
+// finish is a carrier's kgo promise. It frees the carrier before calling
+// anything, so that the carrier may be reused at once.
+func (c *carrier) finish(r *kgo.Record, err error) {
+	u, seq, ctx, promise := c.u, c.seq, c.ctx, c.promise
+	c.ctx, c.promise = nil, nil
+	c.busy.Store(false)
+	u.finishFast(r, err, seq, ctx, promise)
+}
+
+// finishFast is the kgo promise of a record handed to kgo on the
+// lock-free path, whether a carrier or a closure brought it.
+func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Context, promise func(*kgo.Record, error)) {
+	if err == nil || !isProduceFailure(err) {
+		u.doneFast()
+		if err != nil {
+			err = closedErr(err)
+		}
+		promise(r, err)
+		return
+	}
+	u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+}
