@@ -22,8 +22,12 @@
 #             on.
 #   failstop  on only: pkg/kgo BenchmarkProduceRejected, bench/e2e
 #             BenchmarkRejected and BenchmarkRecovery.
-#   korder    patched only: pkg/korder BenchmarkProduce, impl=kgo vs
-#             impl=korder, failures=0%/1%.
+#   korder    patched only: pkg/korder BenchmarkProduce, impl=kgo,
+#             impl=kgo+closure and impl=korder, failures=0%/1%. Each impl
+#             runs in a process of its own, in an order that rotates from
+#             round to round: run in one process, the first impl is measured
+#             on a fresh heap and the others after it, which biased the
+#             comparison by as much as the difference it measures.
 #
 # Every test binary is built once, before any run. Then each round runs every
 # group once per side, one -test.count=1 run at a time, appending to one file
@@ -230,8 +234,13 @@ run_failstop() {
 	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRejected$' "$bt_rejected" "$on_env"
 	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRecovery$' "$bt_recovery" "$on_env"
 }
+korder_impls=(kgo 'kgo\+closure' korder) # -test.bench patterns
 run_korder() {
-	run korder.txt "$root/pkg/korder" korder '^BenchmarkProduce$' "$bt_korder"
+	local n=${#korder_impls[@]} j
+	for ((j = 0; j < n; j++)); do
+		# i is the round.
+		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i + j) % n]}\$" "$bt_korder"
+	done
 }
 for ((i = 1; i <= count; i++)); do
 	round_times=
