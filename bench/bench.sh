@@ -238,8 +238,9 @@ korder_impls=(kgo 'kgo\+closure' korder) # -test.bench patterns
 run_korder() {
 	local n=${#korder_impls[@]} j
 	for ((j = 0; j < n; j++)); do
-		# i is the round.
-		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i + j) % n]}\$" "$bt_korder"
+		# i is the round, from 1; round 1 runs kgo first, which makes it
+		# benchstat's base column.
+		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i - 1 + j) % n]}\$" "$bt_korder"
 	done
 }
 for ((i = 1; i <= count; i++)); do
