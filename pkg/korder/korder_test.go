@@ -628,3 +628,99 @@ func TestDefaultProduceTopic(t *testing.T) {
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"k-0"})
 }
+
+// rejectedBeforeHook is the application's hook in TestRejectedBeforeHook:
+// on the first failure, before the Producer's own hook runs, it produces
+// through the Producer, which does not know of the failure yet; and it
+// records whether kgo rejected that record.
+type rejectedBeforeHook struct {
+	produce  func()
+	produced chan struct{}
+	target   atomic.Pointer[kgo.Record]
+	rejected atomic.Bool
+	once     sync.Once
+}
+
+func (h *rejectedBeforeHook) OnProducePartitionFailed(string, int32, error) {
+	h.once.Do(func() {
+		h.produce()
+		close(h.produced)
+	})
+}
+
+func (h *rejectedBeforeHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if r == h.target.Load() && errors.Is(err, kgo.ErrProducePartitionFailed) {
+		h.rejected.Store(true)
+	}
+}
+
+// A record produced after kgo failed its partition but before the
+// Producer's hook ran goes to kgo on the lock-free path and is rejected
+// (kgo.ErrProducePartitionFailed). The Producer collects it with the
+// failed record and produces it again after it, in order. kgo's promise
+// goroutine is kept busy by another record's promise meanwhile, so that
+// the Producer cannot learn of the failure from the failed record's own
+// promise first.
+func TestRejectedBeforeHook(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []korder.Opt
+	}{
+		{"partition", nil},
+		{"topic", []korder.Opt{korder.TopicHolds()}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := newCluster(t, 2)
+			poison(c)
+			ps := newPromises()
+			var p *korder.Producer
+			k2 := rec(0, "k", 2)
+			h := &rejectedBeforeHook{produced: make(chan struct{})}
+			h.target.Store(k2)
+			h.produce = func() { p.Produce(ctx, k2, ps.fn()) }
+			p = newProducer(t, c, []kgo.Opt{kgo.WithHooks(h)}, append([]korder.Opt{korder.WithPolicies(korder.Drop())}, mode.opts...)...)
+
+			if err := produceSync(ctx, p, rec(0, "k", 0)); err != nil {
+				t.Fatal(err)
+			}
+			// Hold kgo's promise goroutine in the promise of a record
+			// of partition 1.
+			blocking, unblock := make(chan struct{}), make(chan struct{})
+			var unblockOnce sync.Once
+			release := func() { unblockOnce.Do(func() { close(unblock) }) }
+			t.Cleanup(release)
+			x := rec(1, "x", 0)
+			xp := ps.fn()
+			p.Produce(ctx, x, func(r *kgo.Record, err error) {
+				close(blocking)
+				<-unblock
+				xp(r, err)
+			})
+			waitClosed(ctx, t, blocking, "the blocking promise")
+
+			k1 := rec(0, "k", 1)
+			k1.Value = []byte("POISON")
+			p.Produce(ctx, k1, ps.fn())
+			waitClosed(ctx, t, h.produced, "the application's hook")
+			p.Produce(ctx, rec(0, "k", 3), ps.fn())
+			release()
+			ps.wait(ctx, t)
+
+			if !h.rejected.Load() {
+				t.Fatal("kgo did not reject the record produced before the Producer's hook ran; the test did not test that")
+			}
+			for r, err := range ps.check(t) {
+				if r == k1 {
+					if !errors.Is(err, korder.ErrDropped) || !errors.Is(err, kerr.InvalidRecord) {
+						t.Errorf("poison record got %v", err)
+					}
+				} else if err != nil {
+					t.Errorf("record %s: %v", r.Value, err)
+				}
+			}
+			expectLog(ctx, t, c, topic, 0, []string{"k-0", "k-2", "k-3"})
+			expectLog(ctx, t, c, topic, 1, []string{"x-0"})
+		})
+	}
+}
