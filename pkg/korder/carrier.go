@@ -116,11 +116,11 @@ func (c *carrier) finish(r *kgo.Record, err error) {
 // lock-free path, whether a carrier or a closure brought it.
 func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Context, promise func(*kgo.Record, error)) {
 	if err == nil || !isProduceFailure(err) {
-		u.doneFast()
 		if err != nil {
 			err = closedErr(err)
 		}
 		promise(r, err)
+		u.doneFast()
 		return
 	}
 	u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)

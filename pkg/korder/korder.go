@@ -181,11 +181,13 @@ type unit struct {
 	// either sees slow and takes the locked path, or is counted before
 	// the recovery can start.
 	//
-	// The records in flight are in minus out (see inflight). in is
-	// written by producing goroutines, out by the goroutine that calls
-	// kgo's promises, and slow only when the unit's state changes: each
-	// has a cache line of its own, so that the two sides do not take a
-	// line from each other on every record.
+	// The records in flight are in minus out (see inflight): a record is
+	// in flight from when it is counted in, before it is handed to kgo,
+	// until its promise has returned. On the fast path, in is written by
+	// producing goroutines, out by the goroutine that calls kgo's
+	// promises, and slow only when the unit's state changes: each has a
+	// cache line of its own, so that the two sides do not take a line
+	// from each other on every record.
 	//
 	// in also numbers the records in Produce order (pending.seq), so that
 	// the fast path does one atomic add, not two. A record that is not
@@ -229,20 +231,21 @@ func (u *unit) inflight() uint64 {
 	return u.in.Load() - out
 }
 
-// nextSeqLocked numbers a record that is not handed to kgo (held or
-// diverted): it is counted in and out at once, under p.mu, where every
-// decision to start a recovery is taken.
+// nextSeqLocked numbers a record that is not handed to kgo (held): it is
+// counted in and out at once, under p.mu, where every decision to start a
+// recovery is taken.
 func (u *unit) nextSeqLocked() uint64 {
 	seq := u.in.Add(1)
 	u.out.Add(1)
 	return seq
 }
 
-// doneFast counts out a record that Produce counted in without the lock.
-// While the unit is slow, a recovery may be waiting for this record to be
-// the last in flight, so it takes the lock and asks (maybeRecoverLocked).
-// A recovery that sets slow after the load here sees this record counted
-// out when it checks, under the lock.
+// doneFast counts out a record that was counted in (once its promise has
+// returned). While the unit is slow, a recovery (or Close) may be waiting
+// for this record to be the last in flight, so it takes the lock and asks
+// (maybeRecoverLocked, which also wakes Close). A recovery that sets slow
+// after the load here sees this record counted out when it checks, under
+// the lock.
 func (u *unit) doneFast() {
 	u.out.Add(1)
 	if u.slow.Load() {
@@ -505,6 +508,11 @@ func (ts *topicState) wakeLocked() {
 // written, or with an error that wraps ErrDeadLettered, ErrDropped,
 // ErrStopped or ErrClosed and the cause, or with kgo's own error for
 // failures that are not produce failures (for example an invalid record).
+//
+// As with kgo, a promise must not block. A record counts as in flight
+// until its promise returns, and a recovery waits for the records in
+// flight: a Produce from a promise that blocks on a full held queue waits
+// for itself, so produce from a promise in a goroutine of its own.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -552,9 +560,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
-			pd.seq = u.nextSeqLocked()
+			pd.seq = u.in.Add(1) // counted in: handed to kgo, for the dead-letter topic
 			p.mu.Unlock()
-			p.deadLetterQuarantined(pd, cause, nil)
+			p.deadLetterQuarantined(pd, cause, u.doneFast)
 			return
 		}
 		if !u.recovering && len(u.held) == 0 {
@@ -611,23 +619,27 @@ func (ts *topicState) fastPart(partition int32) *unit {
 
 // finished is the kgo promise of every record the Producer hands to kgo
 // outside recovery.
+//
+// A record is counted out once its promise has returned (or, if it failed,
+// once it is among the unit's failed records), so that Close, which waits
+// until nothing is in flight, returns after every promise.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
 	p.mu.Lock()
-	u.out.Add(1)
-	if err == nil || !isProduceFailure(err) || p.closed {
-		if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
-			err = fmt.Errorf("%w: %w", ErrClosed, err)
-		}
+	if err != nil && isProduceFailure(err) && !p.closed {
+		pd.err = err
+		u.failed = append(u.failed, pd)
+		u.out.Add(1)
+		p.beginRecoveryLocked(u)
 		p.maybeRecoverLocked(u)
 		p.mu.Unlock()
-		pd.promise(pd.r, closedErr(err))
 		return
 	}
-	pd.err = err
-	u.failed = append(u.failed, pd)
-	p.beginRecoveryLocked(u)
-	p.maybeRecoverLocked(u)
+	if err != nil && p.closed && !errors.Is(err, kgo.ErrClientClosed) {
+		err = fmt.Errorf("%w: %w", ErrClosed, err)
+	}
 	p.mu.Unlock()
+	pd.promise(pd.r, closedErr(err))
+	u.doneFast()
 }
 
 // closedErr wraps kgo.ErrClientClosed, which the Producer's own Close
@@ -707,9 +719,11 @@ func (p *Producer) Flush(ctx context.Context) error {
 
 // Close closes the Producer and its client. Records that are held or being
 // recovered and have not been produced again fail with ErrClosed; records
-// in kgo fail as kgo.Client.Close fails them. Every promise is called before
-// Close returns. Close does not wait for buffered records: call Flush first
-// for that.
+// in kgo fail as kgo.Client.Close fails them. Every promise has been called,
+// and has returned, before Close returns (kgo.Client.Close may return before
+// the promises of the records it fails have run). Close does not wait for
+// buffered records: call Flush first for that. Do not call Close or Flush
+// from a promise: both wait for promises to return.
 func (p *Producer) Close() {
 	p.mu.Lock()
 	if p.closed {

@@ -724,3 +724,48 @@ func TestRejectedBeforeHook(t *testing.T) {
 		})
 	}
 }
+
+// Close returns only after every promise has returned, including one that
+// is running when Close is called: a record counts as in flight until its
+// promise returns. Both paths a record can take to kgo are checked: the
+// locked one (a topic's first record) and the lock-free one.
+func TestCloseWaitsForPromises(t *testing.T) {
+	for _, warm := range []bool{false, true} {
+		t.Run(map[bool]string{false: "locked path", true: "lock-free path"}[warm], func(t *testing.T) {
+			ctx := testCtx(t)
+			c := newCluster(t, 1)
+			p, err := korder.NewProducer([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if warm {
+				if err := produceSync(ctx, p, rec(0, "k", 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			entered, closed := make(chan struct{}), make(chan struct{})
+			var early atomic.Bool
+			p.Produce(ctx, rec(0, "k", 1), func(_ *kgo.Record, err error) {
+				close(entered)
+				// Close must not return while this runs. Nothing
+				// can say that it has not, so give it the time it
+				// took before Close waited for promises (it
+				// returned at once).
+				select {
+				case <-closed:
+					early.Store(true)
+				case <-time.After(200 * time.Millisecond):
+				}
+			})
+			waitClosed(ctx, t, entered, "the promise")
+			go func() {
+				p.Close()
+				close(closed)
+			}()
+			waitClosed(ctx, t, closed, "Close")
+			if early.Load() {
+				t.Fatal("Close returned while a promise was running")
+			}
+		})
+	}
+}

@@ -112,8 +112,9 @@ func (p *Producer) recover(u *unit) {
 		if cause := u.quarantineCause(pd.r.Key); cause != nil {
 			// Held while the quarantine began: divert it as Produce
 			// would have.
+			u.in.Add(1) // counted in: handed to kgo, for the dead-letter topic
 			p.mu.Unlock()
-			p.deadLetterQuarantined(pd, cause, nil)
+			p.deadLetterQuarantined(pd, cause, u.doneFast)
 			p.mu.Lock()
 			continue
 		}
