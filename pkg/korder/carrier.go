@@ -19,11 +19,12 @@ import (
 // is free (the record that used it last has finished), and otherwise
 // allocates a closure as before: a claim is a compare-and-swap, so two
 // records that map to the same slot cannot both take it. A ring that
-// misses often grows (see missed), up to maxCarriersFor the client's
-// MaxBufferedRecords; records whose carrier is in the old ring finish in
-// it, and the old ring is garbage once they have. A ring never shrinks: it
-// keeps about twice as many carriers as the unit once had records in
-// flight.
+// misses often, because more records are in flight than it has carriers,
+// grows (see missed), up to maxCarriersFor the client's MaxBufferedRecords;
+// records whose carrier is in the old ring finish in it, and the old ring
+// is garbage once they have. Growing allocates the new ring, and binds a
+// promise for each of its carriers, on the goroutine of the Produce call
+// that missed. A ring never shrinks.
 type carrier struct {
 	busy    atomic.Bool
 	seq     uint64
@@ -81,11 +82,15 @@ func (u *unit) claim(seq uint64, ctx context.Context, promise func(*kgo.Record, 
 	return nil
 }
 
-// missed counts a record that found no free carrier, and grows the ring
-// once the misses reach a quarter of its size (unless it is as big as it
-// may get): to twice its size, or to twice the records in flight now if
-// that is more, so that a unit whose load climbs fast gets there in a step
-// or two.
+// missed counts a record that found no free carrier. Once the misses reach
+// a quarter of the ring, the ring grows if the unit has at least half as
+// many records in flight as it has carriers: to twice its size, or twice
+// the records in flight if that is more, so that a unit whose load climbs
+// fast gets there in a step or two. Otherwise the misses are forgotten:
+// they came from a few records that stay in flight while the ring comes
+// round to them (a slow partition, say), which a bigger ring would keep,
+// not avoid. So a ring holds at most four times the unit's most records in
+// flight, rounded up to a power of two, and at least minCarriers.
 func (u *unit) missed() {
 	n := u.misses.Add(1)
 	r := u.carriers.Load()
@@ -96,11 +101,18 @@ func (u *unit) missed() {
 	if size >= u.p.maxCarriers || n < uint64(size/4) || !u.growing.CompareAndSwap(false, true) {
 		return
 	}
-	want := max(2*size, minCarriers, 2*int(min(u.inflight(), maxCarriers)))
+	defer u.growing.Store(false)
+	if u.carriers.Load() != r {
+		return // another claim grew the ring meanwhile
+	}
+	u.misses.Store(0)
+	inflight := int(min(u.inflight(), maxCarriers))
+	if r != nil && inflight < size/2 {
+		return
+	}
+	want := max(2*size, minCarriers, 2*inflight)
 	want = min(1<<bits.Len(uint(want-1)), u.p.maxCarriers)
 	u.carriers.Store(newCarrierRing(u, want))
-	u.misses.Store(0)
-	u.growing.Store(false)
 }
 
 // finish is a carrier's kgo promise. It frees the carrier before calling

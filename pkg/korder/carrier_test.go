@@ -122,29 +122,72 @@ func (cr *carrierRun) unit() *unit {
 	return cr.p.topics["t"].whole
 }
 
-// checkRing checks that nothing holds a carrier once every promise ran,
-// and that no carrier keeps a context or promise; it returns the ring and
-// how many of its carriers were used.
-func (cr *carrierRun) checkRing() (*carrierRing, int) {
+// makeRing produces to partition 1 until the unit has a carrier ring: the
+// first record of a topic takes the locked path, and the next one misses
+// (there is no ring yet) and makes the ring.
+func (cr *carrierRun) makeRing(ctx context.Context) *unit {
+	cr.t.Helper()
+	for i := range 2 {
+		cr.produceSync(ctx, 1, "warm-"+strconv.Itoa(i))
+	}
+	u := cr.unit()
+	if u.carriers.Load() == nil {
+		cr.t.Fatal("two records made no carrier ring")
+	}
+	return u
+}
+
+// holdPartition0 holds the first produce request for partition 0 (and with
+// it every later request to its broker) until release is called; held is
+// closed once it is held.
+func (cr *carrierRun) holdPartition0() (held <-chan struct{}, release func()) {
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	cr.t.Cleanup(release)
+	cr.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		cr.c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			for _, p := range tp.Partitions {
+				if p.Partition == 0 {
+					cr.c.DropControl()
+					close(heldc)
+					cr.c.SleepControl(func() { <-releasec })
+					return nil, nil, false
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	return heldc, release
+}
+
+// checkRings checks that nothing holds a carrier of any of rings once every
+// promise ran, and that no carrier keeps a context or promise; it returns
+// how many carriers of the unit's current ring were used.
+func (cr *carrierRun) checkRings(rings map[*carrierRing]bool) int {
 	cr.t.Helper()
 	ring := cr.unit().carriers.Load()
 	if ring == nil {
 		cr.t.Fatal("the unit has no carrier ring")
 	}
+	rings[ring] = true
 	used := 0
-	for i := range ring.slots {
-		c := &ring.slots[i]
-		if c.busy.Load() || c.ctx != nil || c.promise != nil {
-			cr.t.Errorf("carrier %d still busy (%v) or holding a context or promise", i, c.busy.Load())
-		}
-		if c.seq != 0 {
-			used++
-			if c.seq&ring.mask != uint64(i) {
-				cr.t.Errorf("carrier %d carried record number %d", i, c.seq)
+	for r := range rings {
+		for i := range r.slots {
+			c := &r.slots[i]
+			if c.busy.Load() || c.ctx != nil || c.promise != nil {
+				cr.t.Errorf("ring of %d: carrier %d still busy (%v) or holding a context or promise", len(r.slots), i, c.busy.Load())
+			}
+			if c.seq != 0 && c.seq&r.mask != uint64(i) {
+				cr.t.Errorf("ring of %d: carrier %d carried record number %d", len(r.slots), i, c.seq)
+			}
+			if c.seq != 0 && r == ring {
+				used++
 			}
 		}
 	}
-	return ring, used
+	return used
 }
 
 // A record whose carrier is still in flight when the ring comes round to
@@ -154,36 +197,10 @@ func TestCarrierInFlightIsNotReused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cr := newCarrierRun(t, 2, minCarriers)
-
-	// The first record of a topic takes the locked path; the next one
-	// misses (there is no ring yet) and makes the ring.
-	u := (*unit)(nil)
-	for i := 0; u == nil || u.carriers.Load() == nil; i++ {
-		if i == 2 {
-			t.Fatal("two records made no carrier ring")
-		}
-		cr.produceSync(ctx, 1, "warm-"+strconv.Itoa(i))
-		u = cr.unit()
-	}
+	u := cr.makeRing(ctx)
 
 	// Hold partition 0's broker, and carry one record to it.
-	held, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	t.Cleanup(func() { once.Do(func() { close(release) }) })
-	cr.c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		cr.c.KeepControl()
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			for _, p := range tp.Partitions {
-				if p.Partition == 0 {
-					cr.c.DropControl()
-					close(held)
-					cr.c.SleepControl(func() { <-release })
-					return nil, nil, false
-				}
-			}
-		}
-		return nil, nil, false
-	})
+	held, release := cr.holdPartition0()
 	stuck := u.in.Load() + 1
 	cr.produce(ctx, 0, "stuck")
 	select {
@@ -208,13 +225,76 @@ func TestCarrierInFlightIsNotReused(t *testing.T) {
 	if got := u.misses.Load() - misses; got != 3 {
 		t.Errorf("%d records missed a carrier, expected 3 (one a lap, at the stuck record's slot)", got)
 	}
-	once.Do(func() { close(release) })
+	release()
 	cr.wait(ctx)
-	if _, used := cr.checkRing(); used != minCarriers {
+	if used := cr.checkRings(map[*carrierRing]bool{}); used != minCarriers {
 		t.Errorf("%d carriers of %d used", used, minCarriers)
 	}
 	if cr.bad.Load() > 0 {
 		t.FailNow()
+	}
+}
+
+// A ring grows when more records are in flight than it has carriers, and
+// only then: a record that stays in flight while the ring comes round to
+// it many times does not make the ring grow. Carriers of the rings that
+// were replaced finish as well.
+func TestCarrierRingGrowth(t *testing.T) {
+	const limit = 1024
+	for _, c := range []struct {
+		name string
+		n    int // records held in flight on partition 0
+	}{
+		{"one record in flight", 1},
+		{"many records in flight", 700},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cr := newCarrierRun(t, 2, limit)
+			u := cr.makeRing(ctx)
+			rings := map[*carrierRing]bool{u.carriers.Load(): true}
+
+			held, release := cr.holdPartition0()
+			for i := range c.n {
+				cr.produce(ctx, 0, "p0-"+strconv.Itoa(i))
+				rings[u.carriers.Load()] = true
+				if i == 0 {
+					select {
+					case <-held:
+					case <-ctx.Done():
+						t.Fatal("the produce request was not held")
+					}
+				}
+			}
+			// Then 20 laps of the first ring on partition 1, one
+			// record at a time: with one record in flight, 20
+			// misses at its slot.
+			for i := range 20 * minCarriers {
+				cr.produceSync(ctx, 1, "p1-"+strconv.Itoa(i))
+				rings[u.carriers.Load()] = true
+			}
+			size := len(u.carriers.Load().slots)
+			switch {
+			case c.n == 1 && size != minCarriers:
+				t.Errorf("the ring grew to %d carriers with one record in flight", size)
+			case c.n > 1 && size < c.n:
+				t.Errorf("the ring has %d carriers with %d records in flight", size, c.n)
+			case size > limit:
+				t.Errorf("the ring has %d carriers, more than its limit %d", size, limit)
+			}
+			release()
+			cr.wait(ctx)
+			cr.checkRings(rings)
+			if cr.bad.Load() > 0 {
+				t.FailNow()
+			}
+			for part, n := range map[int32]int{0: c.n, 1: 2 + 20*minCarriers} {
+				if hw := cr.c.PartitionInfo("t", part).HighWatermark; hw != int64(n) {
+					t.Errorf("partition %d has %d records, expected %d", part, hw, n)
+				}
+			}
+		})
 	}
 }
 
@@ -237,9 +317,9 @@ func TestCarriersConcurrent(t *testing.T) {
 	}
 	wg.Wait()
 	cr.wait(ctx)
-	r, used := cr.checkRing()
-	if len(r.slots) != ring || used != ring {
-		t.Errorf("ring of %d carriers, %d used; expected %d, all used", len(r.slots), used, ring)
+	used := cr.checkRings(map[*carrierRing]bool{})
+	if size := len(cr.unit().carriers.Load().slots); size != ring || used != ring {
+		t.Errorf("ring of %d carriers, %d used; expected %d, all used", size, used, ring)
 	}
 	if cr.bad.Load() > 0 {
 		t.FailNow()

@@ -200,7 +200,7 @@ type unit struct {
 	_        [cacheLine]byte
 	out      atomic.Uint64 // records counted out: their promise has run
 	_        [cacheLine]byte
-	misses   atomic.Uint64 // claims that found no free carrier in this ring
+	misses   atomic.Uint64 // claims that found no free carrier, since the ring last grew or forgot them
 	growing  atomic.Bool   // a claim is replacing the ring
 
 	failed []*pending // failed or rejected since the failure, in any order
