@@ -60,11 +60,11 @@
 // allocates nothing per record: it counts the record in with one atomic
 // add, and hands it to kgo with a promise from a ring of reusable carriers
 // (one ring per topic, or per partition). A ring starts at 64 carriers of
-// 72 bytes, grows while more records than it holds are in flight, up to
-// twice the client's MaxBufferedRecords rounded up to a power of two
-// (131072 carriers, 9 MB, with kgo's default), and never shrinks; until it
-// has grown, or if even that is not enough, a record allocates its own
-// promise instead.
+// 72 bytes and grows only while more records are in flight than it has
+// carriers: to at most four times the most records in flight, rounded up to
+// a power of two, and at most twice the client's MaxBufferedRecords (131072
+// carriers, 9 MB, with kgo's default). It never shrinks. Until it has grown,
+// or if even that is not enough, a record allocates its own promise.
 package korder
 
 import (
