@@ -3,8 +3,9 @@
 //
 // It prints the counts of top-level tests run, passed, failed and skipped,
 // and the elapsed time. It exits 1 if a test fails that is not in the
-// baseline, or if a package fails without a failing test (a build error, a
-// panic or a timeout). A baseline entry that passes is reported, so that the
+// baseline, if a test never finishes (the binary timed out or panicked
+// while it ran: its last output is printed, where go test puts the panic),
+// or if a package fails without a failing test (a build error, say). A baseline entry that passes is reported, so that the
 // baseline can shrink, but does not fail the run.
 //
 // The baseline file has one entry per line, "<suite> <TestName>", followed by
@@ -98,8 +99,16 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 		pkgFailed = make(map[string]bool)
 		pkgTests  = make(map[string]int) // failing tests per package
 		pkgOutput = make(map[string][]string)
+		output    = make(map[string][]string) // top-level test => its last lines, subtests' included
+		panics    = make(map[string][]string) // top-level test => its output from a "panic: " line on
 		elapsed   float64
 	)
+	tail := func(lines []string, l string) []string {
+		if len(lines) >= 40 {
+			lines = lines[1:]
+		}
+		return append(lines, l)
+	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -118,15 +127,28 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 		case e.Test == "" && e.Action == "pass":
 			elapsed += e.Elapsed
 		case e.Test == "" && e.Action == "output":
-			out := pkgOutput[e.Package]
-			if len(out) > 40 {
-				out = out[1:]
+			pkgOutput[e.Package] = tail(pkgOutput[e.Package], e.Output)
+		case e.Action == "output":
+			top, _, _ := strings.Cut(e.Test, "/")
+			output[top] = tail(output[top], e.Output)
+			if panics[top] != nil || strings.HasPrefix(e.Output, "panic: ") {
+				panics[top] = append(panics[top], e.Output)
 			}
-			pkgOutput[e.Package] = append(out, e.Output)
+		case e.Action == "run" && !strings.Contains(e.Test, "/"):
+			// Until it ends: a test still "run" at the end of the
+			// stream never finished (the binary timed out or
+			// panicked while it ran).
+			if _, ok := status[e.Test]; !ok {
+				status[e.Test] = "run"
+				pkgTests[e.Package]++
+			}
 		case e.Action == "pass" || e.Action == "fail" || e.Action == "skip":
 			if strings.Contains(e.Test, "/") {
 				subtests++
 				continue
+			}
+			if status[e.Test] == "run" {
+				pkgTests[e.Package]--
 			}
 			status[e.Test] = e.Action
 			if e.Action == "fail" {
@@ -139,9 +161,12 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 	}
 
 	var passed, failed, skipped int
-	var newFails, fixed, knownFails []string
+	var newFails, fixed, knownFails, unfinished []string
 	for name, st := range status {
 		switch st {
+		case "run":
+			failed++
+			unfinished = append(unfinished, name)
 		case "pass":
 			passed++
 			if _, ok := baseline[name]; ok {
@@ -161,6 +186,7 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 	slices.Sort(newFails)
 	slices.Sort(fixed)
 	slices.Sort(knownFails)
+	slices.Sort(unfinished)
 
 	var b strings.Builder
 	ok := true
@@ -173,6 +199,20 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 	for _, name := range newFails {
 		ok = false
 		fmt.Fprintf(&b, "%s: FAIL %s is not in the baseline\n", suite, name)
+	}
+	for _, name := range unfinished {
+		ok = false
+		if p := panics[name]; p != nil {
+			fmt.Fprintf(&b, "%s: FAIL %s did not finish: the test binary panicked while it ran; the panic, and the goroutines in test code:\n", suite, name)
+			for _, l := range testGoroutines(p, 200) {
+				fmt.Fprintf(&b, "    %s", l)
+			}
+			continue
+		}
+		fmt.Fprintf(&b, "%s: FAIL %s did not finish (the test binary died while it ran); its last output:\n", suite, name)
+		for _, l := range output[name] {
+			fmt.Fprintf(&b, "    %s", l)
+		}
 	}
 	for pkg := range pkgFailed {
 		if pkgTests[pkg] == 0 {
@@ -196,4 +236,31 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 		fmt.Fprintf(&b, "%s: FAIL no tests ran\n", suite)
 	}
 	return result{ok: ok, text: b.String()}, nil
+}
+
+// testGoroutines returns, from the output of a panic (a timeout's among
+// them), its first block (the message, and the running tests for a
+// timeout) and the goroutines whose stack has a frame in a _test.go file,
+// which say where the tests were stuck: at most max lines.
+func testGoroutines(lines []string, max int) []string {
+	var out, block []string
+	first := true
+	flush := func() {
+		keep := first
+		for _, l := range block {
+			keep = keep || strings.Contains(l, "_test.go:")
+		}
+		if keep && len(out) < max {
+			out = append(out, block[:min(len(block), max-len(out))]...)
+		}
+		first, block = false, nil
+	}
+	for _, l := range lines {
+		block = append(block, l)
+		if strings.TrimSpace(l) == "" {
+			flush()
+		}
+	}
+	flush()
+	return out
 }

@@ -1,12 +1,24 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
 
 func ev(action, test string) string {
 	return `{"Action":"` + action + `","Package":"p","Test":"` + test + `"}` + "\n"
+}
+
+// out is test's output events, one per line.
+func out(test string, lines ...string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		e, _ := json.Marshal(event{Action: "output", Package: "p", Test: test, Output: l})
+		b.Write(e)
+		b.WriteString("\n")
+	}
+	return b.String()
 }
 
 func TestJudge(t *testing.T) {
@@ -16,6 +28,7 @@ func TestJudge(t *testing.T) {
 		baseline map[string]string
 		ok       bool
 		contains []string
+		excludes []string
 	}{
 		{
 			name:     "all pass",
@@ -50,6 +63,24 @@ func TestJudge(t *testing.T) {
 			contains: []string{"failed without a failing test", "panic: boom"},
 		},
 		{
+			name: "timeout while a test runs",
+			input: ev("run", "TestA") + ev("pass", "TestA") + ev("run", "TestB") + ev("run", "TestB/sub") +
+				`{"Action":"output","Package":"p","Test":"TestB/sub","Output":"panic: test timed out after 15m0s\n"}` + "\n" +
+				`{"Action":"output","Package":"p","Output":"FAIL\tp\t900s\n"}` + "\n" + `{"Action":"fail","Package":"p"}` + "\n",
+			ok:       false,
+			contains: []string{"run=2 passed=1 failed=1", "FAIL TestB did not finish", "panic: test timed out after 15m0s"},
+		},
+		{
+			name: "the goroutines of a timeout that are in tests",
+			input: ev("run", "TestB") + out("TestB", "panic: test timed out after 15m0s\n", "\trunning tests:\n", "\t\tTestB (15m0s)\n", "\n",
+				"goroutine 5 [running]:\n", "testing.(*M).startAlarm.func1()\n", "\n",
+				"goroutine 7 [chan receive]:\n", "kgo.TestB(0x1)\n", "\t/x/kgo/b_test.go:42 +0x1\n", "\n") +
+				`{"Action":"fail","Package":"p"}` + "\n",
+			ok:       false,
+			contains: []string{"TestB (15m0s)", "b_test.go:42"},
+			excludes: []string{"startAlarm"},
+		},
+		{
 			name:     "nothing ran",
 			input:    "",
 			ok:       false,
@@ -71,6 +102,11 @@ func TestJudge(t *testing.T) {
 			for _, c := range test.contains {
 				if !strings.Contains(r.text, c) {
 					t.Errorf("report does not contain %q:\n%s", c, r.text)
+				}
+			}
+			for _, c := range test.excludes {
+				if strings.Contains(r.text, c) {
+					t.Errorf("report contains %q:\n%s", c, r.text)
 				}
 			}
 		})
