@@ -10,10 +10,14 @@
 #    kfake module wired to the patched tree through a go.work.
 #
 # Failures are judged against upstream/baseline-failures.txt: a failure not in
-# it fails this script; a baseline entry that passes is reported.
+# it fails this script; a baseline entry that passes is reported. A kgo run in
+# which a test never finished (the suite hit TEST_TIMEOUT: a rare hang, seen
+# once) is reported, with the stuck test's stacks, and run once more; the
+# second run must pass.
 #
 # Knobs: KGO_TEST_RECORDS (default 50000), KGO_RUN (go test -run for kgo,
-# default all), KFAKE_RUN, SUITES (default "kgo kfake"), TEST_TIMEOUT.
+# default all), KFAKE_RUN, SUITES (default "kgo kfake"), TEST_TIMEOUT
+# (default 8m; the kgo suite takes about 2 minutes here).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -26,7 +30,7 @@ kfake_ver=$(cd "$root" && GOWORK=off go list -m -f '{{.Version}}' "$kfake_mod")
 : "${KGO_RUN:=}"
 : "${KFAKE_RUN:=Produce|Sink|Txn|Fault|Idempot|Transact|Batch}"
 : "${SUITES:=kgo kfake}"
-: "${TEST_TIMEOUT:=15m}"
+: "${TEST_TIMEOUT:=8m}"
 
 [ -d "$tree/.git" ] || { echo "test-upstream: upstream/franz-go is not materialized; run: make patches-apply" >&2; exit 1; }
 
@@ -47,33 +51,57 @@ report() { # suite json
 	go run "$root/tests/suitereport" -suite "$1" -baseline "$baseline" "$2" || rc=1
 }
 
-if [[ " $SUITES " == *" kgo "* ]]; then
-	if [ -z "${KGO_SEEDS:-}" ]; then
-		(cd "$root" && go build -o "$work/kfakeserver" ./tests/kfakeserver)
+# run_kgo ATTEMPT: one run of the kgo suite, against a kfake started for it
+# unless KGO_SEEDS is set; the report goes to stdout and $work/kgo-ATTEMPT.txt.
+run_kgo() {
+	local attempt=$1 seeds=${KGO_SEEDS:-} server=
+	if [ -z "$seeds" ]; then
+		rm -f "$work/addrs"
 		"$work/kfakeserver" -brokers 3 -addr-file "$work/addrs" >"$work/kfake.log" 2>&1 &
-		server_pid=$!
+		server=$!
+		server_pid=$server
 		# Wait for the server to say it listens (it writes the file atomically).
 		for _ in $(seq 1 300); do
 			[ -s "$work/addrs" ] && break
-			kill -0 "$server_pid" 2>/dev/null || { cat "$work/kfake.log" >&2; echo "test-upstream: kfakeserver exited" >&2; exit 1; }
+			kill -0 "$server" 2>/dev/null || { cat "$work/kfake.log" >&2; echo "test-upstream: kfakeserver exited" >&2; exit 1; }
 			sleep 0.1
 		done
 		[ -s "$work/addrs" ] || { echo "test-upstream: kfakeserver did not start" >&2; exit 1; }
-		KGO_SEEDS=$(cat "$work/addrs")
-		echo "test-upstream: kfake cluster (3 brokers) at $KGO_SEEDS"
+		seeds=$(cat "$work/addrs")
+		echo "test-upstream: kfake cluster (3 brokers) at $seeds"
 	else
-		echo "test-upstream: using the existing cluster at KGO_SEEDS=$KGO_SEEDS"
+		echo "test-upstream: using the existing cluster at KGO_SEEDS=$seeds"
 	fi
-	export KGO_SEEDS KGO_TEST_RECORDS
-	echo "test-upstream: go test -race ./pkg/kgo (KGO_TEST_RECORDS=$KGO_TEST_RECORDS${KGO_RUN:+, -run $KGO_RUN})"
+	echo "test-upstream: go test -race ./pkg/kgo (KGO_TEST_RECORDS=$KGO_TEST_RECORDS${KGO_RUN:+, -run $KGO_RUN}, -timeout $TEST_TIMEOUT)"
 	# GOWORK=off: the suite runs in franz-go's own module, exactly as upstream runs it.
-	(cd "$tree" && GOWORK=off go test -race -count=1 -json -timeout "$TEST_TIMEOUT" ${KGO_RUN:+-run "$KGO_RUN"} ./pkg/kgo >"$work/kgo.json" 2>"$work/kgo.stderr") || true
+	(cd "$tree" && KGO_SEEDS=$seeds KGO_TEST_RECORDS=$KGO_TEST_RECORDS GOWORK=off go test -race -count=1 -json -timeout "$TEST_TIMEOUT" ${KGO_RUN:+-run "$KGO_RUN"} ./pkg/kgo >"$work/kgo.json" 2>"$work/kgo.stderr") || true
 	cat "$work/kgo.stderr" >&2
-	report kgo "$work/kgo.json"
-	if [ -n "$server_pid" ]; then
-		kill "$server_pid" 2>/dev/null || true
-		wait "$server_pid" 2>/dev/null || true
+	local ok=0
+	go run "$root/tests/suitereport" -suite kgo -baseline "$baseline" "$work/kgo.json" | tee "$work/kgo-$attempt.txt" || ok=1
+	if [ -n "$server" ]; then
+		kill "$server" 2>/dev/null || true
+		wait "$server" 2>/dev/null || true
 		server_pid=
+	fi
+	return $ok
+}
+
+if [[ " $SUITES " == *" kgo "* ]]; then
+	if [ -z "${KGO_SEEDS:-}" ]; then
+		(cd "$root" && go build -o "$work/kfakeserver" ./tests/kfakeserver)
+	fi
+	if ! run_kgo 1; then
+		# franz-go's suite has hung, rarely (once in a dozen fresh-clone
+		# runs here), in a test against kfake, and then hits the timeout.
+		# A run in which a test did not finish gets one more run, on a
+		# new kfake; the hung test's name and stacks are printed above,
+		# and the rerun must pass. A test that fails is never rerun.
+		if grep -q ' did not finish' "$work/kgo-1.txt" && ! grep -q ' FAIL .* is not in the baseline' "$work/kgo-1.txt"; then
+			echo "test-upstream: WARNING: a kgo test did not finish (report above); running the kgo suite once more"
+			run_kgo 2 || rc=1
+		else
+			rc=1
+		fi
 	fi
 fi
 
