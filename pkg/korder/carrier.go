@@ -132,7 +132,7 @@ func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Cont
 			err = closedErr(err)
 		}
 		promise(r, err)
-		u.doneFast()
+		u.countOut()
 		return
 	}
 	u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)

@@ -59,7 +59,8 @@
 // While a topic (partition) has no failure, Produce takes no lock and
 // allocates nothing per record: it counts the record in with one atomic
 // add, and hands it to kgo with a promise from a ring of reusable carriers
-// (one ring per topic, or per partition). A ring starts at 64 carriers of
+// (one ring per topic, or per partition), claimed with a compare-and-swap
+// and freed with an atomic store. A ring starts at 64 carriers of
 // 72 bytes and grows only while more records are in flight than it has
 // carriers: to at most four times the most records in flight, rounded up to
 // a power of two, and at most twice the client's MaxBufferedRecords (131072
@@ -190,8 +191,8 @@ type unit struct {
 	// from each other on every record.
 	//
 	// in also numbers the records in Produce order (pending.seq), so that
-	// the fast path does one atomic add, not two. A record that is not
-	// handed to kgo (held, or diverted) takes its number with
+	// the fast path does one atomic add, not two. A held record, which is
+	// not handed to kgo until its release, takes its number with
 	// nextSeqLocked.
 	slow     atomic.Bool
 	carriers atomic.Pointer[carrierRing] // see carrier; nil until the first miss
@@ -240,13 +241,13 @@ func (u *unit) nextSeqLocked() uint64 {
 	return seq
 }
 
-// doneFast counts out a record that was counted in (once its promise has
-// returned). While the unit is slow, a recovery (or Close) may be waiting
+// countOut counts out a record that was counted in, on whichever path it
+// took (once its promise has returned). While the unit is slow, a recovery (or Close) may be waiting
 // for this record to be the last in flight, so it takes the lock and asks
 // (maybeRecoverLocked, which also wakes Close). A recovery that sets slow
 // after the load here sees this record counted out when it checks, under
 // the lock.
-func (u *unit) doneFast() {
+func (u *unit) countOut() {
 	u.out.Add(1)
 	if u.slow.Load() {
 		u.p.mu.Lock()
@@ -541,7 +542,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 				return
 			}
 			// A recovery began: back out and take the locked path.
-			u.doneFast()
+			u.countOut()
 		}
 	}
 
@@ -562,7 +563,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
 			pd.seq = u.in.Add(1) // counted in: handed to kgo, for the dead-letter topic
 			p.mu.Unlock()
-			p.deadLetterQuarantined(pd, cause, u.doneFast)
+			p.deadLetterQuarantined(pd, cause, u.countOut)
 			return
 		}
 		if !u.recovering && len(u.held) == 0 {
@@ -639,7 +640,7 @@ func (p *Producer) finished(u *unit, pd *pending, err error) {
 	}
 	p.mu.Unlock()
 	pd.promise(pd.r, closedErr(err))
-	u.doneFast()
+	u.countOut()
 }
 
 // closedErr wraps kgo.ErrClientClosed, which the Producer's own Close

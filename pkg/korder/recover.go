@@ -114,7 +114,7 @@ func (p *Producer) recover(u *unit) {
 			// would have.
 			u.in.Add(1) // counted in: handed to kgo, for the dead-letter topic
 			p.mu.Unlock()
-			p.deadLetterQuarantined(pd, cause, u.doneFast)
+			p.deadLetterQuarantined(pd, cause, u.countOut)
 			p.mu.Lock()
 			continue
 		}
