@@ -54,16 +54,15 @@ report() { # suite json
 # run_kgo ATTEMPT: one run of the kgo suite, against a kfake started for it
 # unless KGO_SEEDS is set; the report goes to stdout and $work/kgo-ATTEMPT.txt.
 run_kgo() {
-	local attempt=$1 seeds=${KGO_SEEDS:-} server=
+	local attempt=$1 seeds=${KGO_SEEDS:-}
 	if [ -z "$seeds" ]; then
 		rm -f "$work/addrs"
 		"$work/kfakeserver" -brokers 3 -addr-file "$work/addrs" >"$work/kfake.log" 2>&1 &
-		server=$!
-		server_pid=$server
+		server_pid=$!
 		# Wait for the server to say it listens (it writes the file atomically).
 		for _ in $(seq 1 300); do
 			[ -s "$work/addrs" ] && break
-			kill -0 "$server" 2>/dev/null || { cat "$work/kfake.log" >&2; echo "test-upstream: kfakeserver exited" >&2; exit 1; }
+			kill -0 "$server_pid" 2>/dev/null || { cat "$work/kfake.log" >&2; echo "test-upstream: kfakeserver exited" >&2; exit 1; }
 			sleep 0.1
 		done
 		[ -s "$work/addrs" ] || { echo "test-upstream: kfakeserver did not start" >&2; exit 1; }
@@ -78,9 +77,9 @@ run_kgo() {
 	cat "$work/kgo.stderr" >&2
 	local ok=0
 	go run "$root/tests/suitereport" -suite kgo -baseline "$baseline" "$work/kgo.json" | tee "$work/kgo-$attempt.txt" || ok=1
-	if [ -n "$server" ]; then
-		kill "$server" 2>/dev/null || true
-		wait "$server" 2>/dev/null || true
+	if [ -n "$server_pid" ]; then
+		kill "$server_pid" 2>/dev/null || true
+		wait "$server_pid" 2>/dev/null || true
 		server_pid=
 	fi
 	return $ok
