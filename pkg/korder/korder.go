@@ -809,7 +809,7 @@ func (p *Producer) Resume(topic string) {
 	if ts.whole != nil {
 		p.recoverKgoTopic(topic)
 	} else {
-		p.cl.RecoverProducePartitions(map[string][]int32{topic: parts})
+		p.recoverKgoPartitions(map[string][]int32{topic: parts})
 	}
 	p.mu.Lock()
 	for _, u := range stopped {

@@ -20,6 +20,7 @@ type Stats struct {
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
 	Stopped      int64 // records failed by Stop
+	Canceled     int64 // failed or held records settled with their own context's error, outside the policies
 	Quarantined  int64 // keys quarantined now (with per-partition holds, per partition)
 	Held         int64 // records held now
 
@@ -88,16 +89,13 @@ func (p *Producer) recover(u *unit) {
 	if u.stopped != nil {
 		held := u.held
 		u.held = nil
-		p.stats.Stopped += int64(len(held))
 		p.endHoldLocked(u)
 		u.running = false
 		p.updateSlowLocked(u)
 		u.wakeLocked()
 		cause := u.stopped
 		p.mu.Unlock()
-		for _, pd := range held {
-			pd.promise(pd.r, fmt.Errorf("%w: %w", ErrStopped, cause))
-		}
+		p.failStopped(held, cause)
 		p.mu.Lock()
 		return
 	}
@@ -109,6 +107,15 @@ func (p *Producer) recover(u *unit) {
 		pd := u.held[0]
 		u.held = u.held[1:]
 		u.wakeLocked()
+		if err := canceled(pd); err != nil {
+			// Its context ended while it was held: kgo would fail it
+			// and its partition with it.
+			p.stats.Canceled++
+			p.mu.Unlock()
+			pd.promise(pd.r, err)
+			p.mu.Lock()
+			continue
+		}
 		if cause := u.quarantineCause(pd.r.Key); cause != nil {
 			// Held while the quarantine began: divert it as Produce
 			// would have.
@@ -192,14 +199,21 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			}
 			return
 		}
+		// A record whose own context is done is settled alone, with
+		// its context's error, before any policy sees it: producing it
+		// again cannot work, diverting it would write what the
+		// application gave up on, and it says nothing about the
+		// partition.
+		queue = p.settleCanceled(queue)
 		queue = p.divertQuarantined(u, queue)
 		if len(queue) == 0 {
 			return
 		}
-		// A head that was only rejected, because an earlier record of
-		// its partition failed and was settled, has no failure of its
-		// own yet: produce it again.
-		if !produce && errors.Is(queue[0].err, kgo.ErrProducePartitionFailed) {
+		// A head that has no failure of its own yet (it was only
+		// rejected because an earlier record of its partition failed,
+		// or failed only because the record heading its batch had its
+		// context cancelled) is produced again.
+		if !produce && !ownFailure(queue[0]) {
 			produce = true
 		}
 
@@ -230,7 +244,7 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			}
 		} else {
 			for _, pd := range queue {
-				if !errors.Is(pd.err, kgo.ErrProducePartitionFailed) {
+				if ownFailure(pd) {
 					failed++
 				}
 			}
@@ -308,7 +322,6 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 func (p *Producer) stop(u *unit, cause error, queue []*pending) {
 	p.mu.Lock()
 	u.stopped = cause
-	p.stats.Stopped += int64(len(queue))
 	p.updateSlowLocked(u)
 	p.mu.Unlock()
 	if u.perPartition() {
@@ -316,15 +329,70 @@ func (p *Producer) stop(u *unit, cause error, queue []*pending) {
 	} else {
 		p.logf(kgo.LogLevelError, "korder: stopping the topic after a produce failure; call Resume to continue", u.logKVs("err", cause)...)
 	}
+	p.failStopped(queue, cause)
+}
+
+// failStopped fails records of a stopped unit with ErrStopped, in order. A
+// record that failed on its own reports its own error; one that was only
+// rejected behind another, or held, the stop's cause. A record whose own
+// context is done gets its context's error instead: it takes no part in
+// the stop.
+func (p *Producer) failStopped(queue []*pending, cause error) {
 	for _, pd := range queue {
-		// A record that failed on its own reports its own error;
-		// one that was only rejected behind another, the stop's.
+		if err := canceled(pd); err != nil {
+			p.count(func(s *Stats) { s.Canceled++ })
+			pd.promise(pd.r, err)
+			continue
+		}
 		err := cause
 		if pd.err != nil && !errors.Is(pd.err, kgo.ErrProducePartitionFailed) {
 			err = pd.err
 		}
+		p.count(func(s *Stats) { s.Stopped++ })
 		pd.promise(pd.r, fmt.Errorf("%w: %w", ErrStopped, err))
 	}
+}
+
+// canceled returns the error of pd's own context (the context given to
+// Produce, or the record's Context) if it is done, else nil.
+func canceled(pd *pending) error {
+	if err := pd.ctx.Err(); err != nil {
+		return err
+	}
+	if c := pd.r.Context; c != nil {
+		return c.Err()
+	}
+	return nil
+}
+
+// ownFailure returns whether pd failed for a reason of its own, one the
+// policies decide on: not when it was only rejected behind an earlier
+// failure of its partition, nor when it failed with a context error while
+// its own context is alive (kgo fails a whole batch when the context of the
+// record heading it is done).
+func ownFailure(pd *pending) bool {
+	if errors.Is(pd.err, kgo.ErrProducePartitionFailed) {
+		return false
+	}
+	if errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
+		return canceled(pd) != nil
+	}
+	return true
+}
+
+// settleCanceled settles, alone and in order, the records of queue whose
+// own context is done, with their context's error, and returns the others.
+func (p *Producer) settleCanceled(queue []*pending) []*pending {
+	kept := queue[:0]
+	for _, pd := range queue {
+		if err := canceled(pd); err != nil {
+			p.count(func(s *Stats) { s.Canceled++ })
+			pd.promise(pd.r, err)
+			continue
+		}
+		kept = append(kept, pd)
+	}
+	return kept
 }
 
 // produceRound produces rs in order and waits for all of them.
@@ -353,7 +421,7 @@ func (p *Producer) recoverKgo(u *unit) {
 	}
 	p.gate(u)
 	if u.partition >= 0 {
-		p.cl.RecoverProducePartitions(map[string][]int32{u.t.name: {u.partition}})
+		p.recoverKgoPartitions(map[string][]int32{u.t.name: {u.partition}})
 	}
 }
 
@@ -361,8 +429,34 @@ func (p *Producer) recoverKgo(u *unit) {
 // topic itself if it failed before partitioning.
 func (p *Producer) recoverKgoTopic(topic string) {
 	if parts := p.cl.FailedProducePartitions()[topic]; len(parts) > 0 {
-		p.cl.RecoverProducePartitions(map[string][]int32{topic: parts})
+		p.recoverKgoPartitions(map[string][]int32{topic: parts})
 	}
+}
+
+// recoverKgoPartitions recovers partitions in kgo. A kgo that refuses to
+// recover a partition while its HookProducePartitionFailed hooks run (and
+// says so with an error) is asked again, after a short wait, until the
+// hooks have returned or the client is closed: the promises of the failed
+// records may run first, on another goroutine, and the recovery they
+// complete would otherwise produce again into a partition that is still
+// failed, and see its head rejected as if it had failed again.
+func (p *Producer) recoverKgoPartitions(parts map[string][]int32) {
+	r, ok := any(p.cl).(refusingRecoverer)
+	if !ok {
+		p.cl.RecoverProducePartitions(parts)
+		return
+	}
+	wait := 20 * time.Microsecond
+	for r.RecoverProducePartitions(parts) != nil && p.cl.Context().Err() == nil {
+		p.sleep(wait)
+		wait = min(2*wait, time.Millisecond)
+	}
+}
+
+// refusingRecoverer is kgo.Client in kgo versions whose
+// RecoverProducePartitions reports the partitions it did not recover.
+type refusingRecoverer interface {
+	RecoverProducePartitions(map[string][]int32) error
 }
 
 // gate returns once u's topic is not failed as a whole, recovering the
@@ -400,7 +494,7 @@ func (p *Producer) gate(u *unit) {
 		if !ts.healing && ts.quiescentLocked() {
 			ts.healing = true
 			p.mu.Unlock()
-			p.cl.RecoverProducePartitions(map[string][]int32{ts.name: {-1}})
+			p.recoverKgoPartitions(map[string][]int32{ts.name: {-1}})
 			p.mu.Lock()
 			ts.healing, ts.topicFailed = false, false
 			ts.wakeLocked()
