@@ -204,7 +204,9 @@ func TestBlockedProduceCanceled(t *testing.T) {
 		if evs := h.snapshot(); len(evs) != 1 {
 			t.Fatalf("after the blocked Produce returned, hook calls = %v, want one", evs)
 		}
-		checkEvent(t, h.wait(ctx, t), topic, -1, context.Canceled)
+		// ManualPartitioner and loaded metadata: the record's partition
+		// is known, so only it fails, not the topic.
+		checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
 		orig := checkWave(t, await(ctx, t, ch2), context.Canceled)
 		doRelease()
 		if r := await(ctx, t, ch1)[0]; r.err != nil {
@@ -213,20 +215,19 @@ func TestBlockedProduceCanceled(t *testing.T) {
 
 		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
 		checkLog(ctx, t, c, topic, 0, []int{0, 1})
-		recoverAndReproduce(ctx, t, cl, c, h, topic, -1, 2, 5)
+		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 2, 5)
 	})
 }
 
 // TestMaxBufferedFailsTopic: TryProduce over MaxBufferedRecords (with
-// ManualFlushing, so the buffer stays full) fails before partitioning, so
-// the whole topic fails (partition -1), synchronously in TryProduce.
+// ManualFlushing, so the buffer stays full) fails before buffering,
+// synchronously in TryProduce.
 //
-// metadata-loaded: the records buffered before the failure were partitioned
-// and are written. before-metadata: they are still waiting for the topic's
-// metadata when the topic fails; the client may reject them too (it does
-// today: they finish with ErrProducePartitionFailed although they were
-// produced before the failing record), so only the invariant is checked:
-// what is written is a gapless prefix.
+// metadata-loaded: with ManualPartitioner the record's partition is known,
+// so only partition 0 fails; the records buffered before the failure are
+// written. before-metadata: the partition is not known, so the whole topic
+// fails (partition -1); the records produced before the failure, still
+// waiting for the topic's metadata, are written all the same.
 func TestMaxBufferedFailsTopic(t *testing.T) {
 	for _, warm := range []bool{true, false} {
 		name := "metadata-loaded"
@@ -280,10 +281,14 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 	if evs := h.snapshot(); len(evs) != 1 {
 		t.Fatalf("after TryProduce returned ErrMaxBuffered, hook calls = %v, want one", evs)
 	}
-	checkEvent(t, h.wait(ctx, t), topic, -1, kgo.ErrMaxBuffered)
+	failed := int32(-1)
+	if warm {
+		failed = 0
+	}
+	checkEvent(t, h.wait(ctx, t), topic, failed, kgo.ErrMaxBuffered)
 	orig := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
-	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {-1}}, slices.Equal) {
-		t.Fatalf("FailedProducePartitions() = %s, want map[t:[-1]]", fmtFailed(got))
+	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {failed}}, slices.Equal) {
+		t.Fatalf("FailedProducePartitions() = %s, want map[t:[%d]]", fmtFailed(got), failed)
 	}
 
 	// What was buffered (and partitioned) before the failure is written.
@@ -292,20 +297,10 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 	}
 	redo := failSeq // the first seq to produce again after recovery
 	for i, r := range await(ctx, t, buffered) {
-		seq := next + i
-		switch {
-		case r.err == nil && redo < failSeq:
-			t.Fatalf("seq %d written at offset %d after seq %d was rejected", seq, r.r.Offset, redo)
-		case r.err == nil:
-			written = append(written, seq)
-		case warm:
-			t.Fatalf("seq %d, partitioned before the failure: %v", seq, r.err)
-		case !isPartitionFailed(r.err) || !errors.Is(r.err, kgo.ErrMaxBuffered):
-			t.Fatalf("seq %d, produced before the failure: %v, want written or rejected as partition-failed", seq, r.err)
-		default:
-			t.Logf("seq %d, produced before the failing seq %d but not yet partitioned, was rejected: %v", seq, failSeq, r.err)
-			redo = min(redo, seq)
+		if r.err != nil {
+			t.Fatalf("seq %d, produced before the failing seq %d: %v, want written", next+i, failSeq, r.err)
 		}
+		written = append(written, next+i)
 	}
 	after := try(recs(topic, 0, failSeq+1, failSeq+3)...)
 	if err := cl.Flush(ctx); err != nil {
@@ -314,7 +309,9 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 	checkRejected(t, await(ctx, t, after), orig, kgo.ErrMaxBuffered)
 	checkLog(ctx, t, c, topic, 0, written)
 
-	cl.RecoverProducePartitions(map[string][]int32{topic: {-1}})
+	if err := recoverPartitions(cl, map[string][]int32{topic: {failed}}); err != nil {
+		t.Fatal(err)
+	}
 	if got := cl.FailedProducePartitions(); len(got) != 0 {
 		t.Fatalf("FailedProducePartitions() after recovery = %s", fmtFailed(got))
 	}
@@ -484,6 +481,7 @@ func TestHookReenters(t *testing.T) {
 				type observed struct {
 					inner         chan result
 					before, after map[string][]int32
+					recoverErr    error
 				}
 				var (
 					clMu  sync.Mutex
@@ -498,7 +496,7 @@ func TestHookReenters(t *testing.T) {
 					var o observed
 					o.inner = produceAsync(ctx, cl, rec(topic, 0, 100))[0]
 					o.before = cl.FailedProducePartitions()
-					cl.RecoverFailedProducePartitions()
+					o.recoverErr = cl.RecoverFailedProducePartitions()
 					o.after = cl.FailedProducePartitions()
 					obsCh <- o
 				}
@@ -521,12 +519,17 @@ func TestHookReenters(t *testing.T) {
 				case <-ctx.Done():
 					t.Fatal("hook did not finish: deadlocked?")
 				}
-				if !maps.EqualFunc(o.before, map[string][]int32{topic: {0}}, slices.Equal) || len(o.after) != 0 {
-					t.Fatalf("in hook, FailedProducePartitions() = %s before recovering and %s after", fmtFailed(o.before), fmtFailed(o.after))
+				// Recovering from inside the hook is refused: the failed
+				// record has not been produced again yet.
+				if !maps.EqualFunc(o.before, map[string][]int32{topic: {0}}, slices.Equal) || !maps.EqualFunc(o.after, o.before, slices.Equal) || o.recoverErr == nil {
+					t.Fatalf("in hook, FailedProducePartitions() = %s before recovering and %s after, recovery returned %v; want refused", fmtFailed(o.before), fmtFailed(o.after), o.recoverErr)
 				}
 				checkRejected(t, await(ctx, t, []chan result{o.inner}), nil, tc.cause)
 
-				// Recovered from inside the hook: records flow again.
+				// Recovered after the hook returned: records flow again.
+				if err := recoverPartitions(cl, map[string][]int32{topic: {0}}); err != nil {
+					t.Fatal(err)
+				}
 				produceOK(ctx, t, cl, rec(topic, 0, 2))
 				checkLog(ctx, t, c, topic, 0, []int{0, 2})
 				checkHookOnce(t, h)
@@ -740,7 +743,9 @@ func TestNewClientRejectsUnsafe(t *testing.T) {
 // then holds [0, to) and that the hook ran exactly once.
 func recoverAndReproduce(ctx context.Context, t *testing.T, cl *kgo.Client, c *kfake.Cluster, h *failHook, tp string, partition int32, from, to int) {
 	t.Helper()
-	cl.RecoverProducePartitions(map[string][]int32{tp: {partition}})
+	if err := cl.RecoverProducePartitions(map[string][]int32{tp: {partition}}); err != nil {
+		t.Fatal(err)
+	}
 	produceOK(ctx, t, cl, recs(tp, 0, from, to)...)
 	checkLog(ctx, t, c, tp, 0, seqRange(0, to))
 	checkHookOnce(t, h)

@@ -26,8 +26,8 @@ func failedPartitions(cl *kgo.Client) map[string][]int32 {
 	return cl.FailedProducePartitions()
 }
 
-func recoverPartitions(cl *kgo.Client, partitions map[string][]int32) {
-	cl.RecoverProducePartitions(partitions)
+func recoverPartitions(cl *kgo.Client, partitions map[string][]int32) error {
+	return cl.RecoverProducePartitions(partitions)
 }
 
 // isPartitionFailed reports whether err is a rejection by a failed partition

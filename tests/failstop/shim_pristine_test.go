@@ -15,6 +15,6 @@ func failStopOpts(any) []kgo.Opt { return nil }
 
 func failedPartitions(*kgo.Client) map[string][]int32 { return nil }
 
-func recoverPartitions(*kgo.Client, map[string][]int32) {}
+func recoverPartitions(*kgo.Client, map[string][]int32) error { return nil }
 
 func isPartitionFailed(error) bool { return false }

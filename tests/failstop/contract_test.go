@@ -1,0 +1,255 @@
+//go:build !pristine
+
+package failstop_test
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The contract of FailPartitionOnProduceFailure on its less travelled
+// paths: who calls the hook, the order of promises around it, and what a
+// purge drops.
+
+// goid returns the current goroutine's id, from its stack header.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	id, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return id
+}
+
+// TestHookOnCausingGoroutine: a record too large for a batch fails inside
+// its Produce; the hook runs on that goroutine before Produce returns, and
+// never on another goroutine that is producing at the same time (which
+// could deadlock an application whose hook takes a lock that goroutine
+// holds around its Produce).
+func TestHookOnCausingGoroutine(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 4, topic, "other")
+	h := newFailHook()
+	var (
+		failing  atomic.Uint64 // the goroutine producing the failing record
+		wrong    atomic.Int64  // hooks on any other goroutine
+		hookRuns atomic.Int64
+	)
+	h.onFail = func(failEvent) {
+		hookRuns.Add(1)
+		if goid() != failing.Load() {
+			wrong.Add(1)
+		}
+	}
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(512),
+	}, failStopOpts(h)...)...)
+	produceOK(ctx, t, cl, rec(topic, 0, 0), rec("other", 0, 0)) // metadata
+
+	// Another goroutine produces as fast as it can to another topic.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	for g := range 2 {
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				cl.TryProduce(ctx, rec("other", int32(g), i), func(*kgo.Record, error) {})
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+
+	const n = 300
+	for i := range n {
+		failing.Store(goid())
+		big := rec(topic, int32(i%4), i)
+		big.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
+		done := make(chan error, 1)
+		cl.Produce(ctx, big, func(_ *kgo.Record, err error) { done <- err })
+		if got := hookRuns.Load(); got != int64(i+1) {
+			t.Fatalf("round %d: %d hooks ran before Produce returned, want %d", i, got, i+1)
+		}
+		if err := (<-done); !errors.Is(err, kerr.MessageTooLarge) {
+			t.Fatalf("round %d: too large record got %v", i, err)
+		}
+		if err := recoverPartitions(cl, map[string][]int32{topic: {int32(i % 4)}}); err != nil {
+			t.Fatalf("round %d: %v", i, err)
+		}
+	}
+	if w := wrong.Load(); w != 0 {
+		t.Fatalf("%d of %d hooks ran on a goroutine that did not cause the failure", w, n)
+	}
+}
+
+// TestPromiseBeforeHook: the failing record's promise is queued before the
+// hook runs, so a record the hook produces (TryProduce, which the hook may
+// call) is promised after it.
+func TestPromiseBeforeHook(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	var (
+		mu    sync.Mutex
+		order []string
+		cl    *kgo.Client
+		clMu  sync.Mutex
+	)
+	promised := make(chan struct{}, 2)
+	note := func(name string) func(*kgo.Record, error) {
+		return func(*kgo.Record, error) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			promised <- struct{}{}
+		}
+	}
+	h.onFail = func(failEvent) {
+		clMu.Lock()
+		cl := cl
+		clMu.Unlock()
+		cl.TryProduce(ctx, rec(topic, 0, 2), note("from hook"))
+	}
+	clMu.Lock()
+	cl = newClient(t, c, append([]kgo.Opt{kgo.MaxBufferedBytes(512)}, failStopOpts(h)...)...)
+	clMu.Unlock()
+	produceOK(ctx, t, cl, rec(topic, 0, 0))
+
+	big := rec(topic, 0, 1)
+	big.Value = make([]byte, 1024) // larger than MaxBufferedBytes: fails before buffering
+	cl.Produce(ctx, big, note("failing"))
+	for range 2 {
+		select {
+		case <-promised:
+		case <-ctx.Done():
+			t.Fatal("promises were not called")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != 2 || order[0] != "failing" || order[1] != "from hook" {
+		t.Fatalf("promise order %v, want [failing from hook]", order)
+	}
+}
+
+// TestPurgeDropsTopicFailure: purging a topic drops its failed state, the
+// topic's own (-1) included, so producing to it again works.
+func TestPurgeDropsTopicFailure(t *testing.T) {
+	for _, purge := range []struct {
+		name string
+		fn   func(*kgo.Client, ...string)
+	}{
+		{"producing", (*kgo.Client).PurgeTopicsFromProducing},
+		{"client", (*kgo.Client).PurgeTopicsFromClient},
+	} {
+		t.Run(purge.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := newCluster(t, 1, topic)
+			h := newFailHook()
+			cl := newClient(t, c, append([]kgo.Opt{kgo.MaxBufferedBytes(512)}, failStopOpts(h)...)...)
+			produceOK(ctx, t, cl, rec(topic, 0, 0))
+
+			big := rec(topic, 0, 1)
+			big.Value = make([]byte, 1024)
+			await(ctx, t, produceAsync(ctx, cl, big))
+			checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
+
+			purge.fn(cl, topic)
+			if got := failedPartitions(cl); len(got) != 0 {
+				t.Fatalf("FailedProducePartitions() after purge = %s, want none", fmtFailed(got))
+			}
+			produceOK(ctx, t, cl, rec(topic, 0, 2))
+		})
+	}
+}
+
+// TestBeforeMetadataRecordsWritten: records waiting for their topic's first
+// metadata were produced before a later record that fails in Produce; the
+// topic fails, but they are written, and they are promised as written.
+func TestBeforeMetadataRecordsWritten(t *testing.T) {
+	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
+		ctx := testCtx(t)
+		c := newCluster(t, 1, topic)
+		h := newFailHook()
+		cl := newClient(t, c, append(append([]kgo.Opt{
+			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedBytes(2048),
+		}, opts...), failStopOpts(h)...)...)
+
+		// Hold metadata until the failing record is produced.
+		held, release := holdMetadata(t, c)
+		early := produceAsync(ctx, cl, recs(topic, 0, 0, 5)...)
+		select {
+		case <-held:
+		case <-ctx.Done():
+			t.Fatal("no metadata request")
+		}
+		big := rec(topic, 0, 5)
+		big.Value = make([]byte, 4096)
+		failed := await(ctx, t, produceAsync(ctx, cl, big))
+		checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
+		orig := checkWave(t, failed, kerr.MessageTooLarge)
+		later := produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)
+		release()
+
+		for i, r := range await(ctx, t, early) {
+			if r.err != nil {
+				t.Fatalf("seq %d, produced before the failure: %v, want written", i, r.err)
+			}
+		}
+		checkRejected(t, await(ctx, t, later), orig, kerr.MessageTooLarge)
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
+		if err := recoverPartitions(cl, map[string][]int32{topic: {-1}}); err != nil {
+			t.Fatal(err)
+		}
+		big.Value = []byte("5")
+		produceOK(ctx, t, cl, big, rec(topic, 0, 6), rec(topic, 0, 7))
+		checkLog(ctx, t, c, topic, 0, seqRange(0, 8))
+		checkHookOnce(t, h)
+	})
+}
+
+// holdMetadata holds the first metadata request that asks for topic until
+// release is called (at the latest, at cleanup); held is closed when it
+// arrives.
+func holdMetadata(t *testing.T, c *kfake.Cluster) (held <-chan struct{}, release func()) {
+	t.Helper()
+	heldc, releasec := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(releasec) }) }
+	t.Cleanup(release)
+	first := true
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		if !first {
+			c.DropControl()
+			return nil, nil, false
+		}
+		m := req.(*kmsg.MetadataRequest)
+		asks := false
+		for _, rt := range m.Topics {
+			asks = asks || rt.Topic != nil && *rt.Topic == topic
+		}
+		if !asks {
+			c.KeepControl()
+			return nil, nil, false
+		}
+		first = false // control functions run serially
+		close(heldc)
+		c.SleepControl(func() { <-releasec })
+		return nil, nil, false // then answer normally
+	})
+	return heldc, release
+}
