@@ -556,6 +556,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		}
 		u := p.unitLocked(r.Topic, r.Partition)
 		if cause := u.stopped; cause != nil {
+			p.stats.Stopped++
 			p.mu.Unlock()
 			promise(r, fmt.Errorf("%w: %w", ErrStopped, cause))
 			return

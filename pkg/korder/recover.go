@@ -19,7 +19,7 @@ type Stats struct {
 	Isolations   int64 // failures narrowed down one record at a time by Isolate
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
-	Stopped      int64 // records failed by Stop
+	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or quarantined when the dead-letter topic failed
 	Canceled     int64 // failed or held records settled with their own context's error, outside the policies
 	Quarantined  int64 // keys quarantined now (with per-partition holds, per partition)
 	Held         int64 // records held now
@@ -580,6 +580,7 @@ func (p *Producer) deadLetterQuarantined(pd *pending, cause error, done func()) 
 			// The dead-letter topic failed: the record cannot go
 			// anywhere without overtaking the quarantined one.
 			p.recoverKgoTopic(topic)
+			p.count(func(s *Stats) { s.Stopped++ })
 			pd.promise(pd.r, fmt.Errorf("%w: dead-letter topic %s: %w", ErrStopped, topic, err))
 		} else {
 			p.count(func(s *Stats) { s.DeadLettered++ })
