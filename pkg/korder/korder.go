@@ -111,6 +111,7 @@ type Producer struct {
 	cfg          config
 	defaultTopic string // kgo.DefaultProduceTopic, read once
 	maxCarriers  int    // the largest carrier ring of a unit (see carrier)
+	lingers      bool   // the client lingers or flushes manually (see flushUntil)
 
 	// probe is the client's partitioner if it has the type of
 	// kgo.ManualPartitioner() and TopicHolds was not given, else nil: it
@@ -298,6 +299,9 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	}
 	p.cl = cl
 	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
+	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
+	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
+	p.lingers = linger > 0 || manual
 	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	p.maxCarriers = maxCarriersFor(maxBuffered)
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)

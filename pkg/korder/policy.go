@@ -48,9 +48,16 @@ func Retry(attempts int, backoff time.Duration) Policy {
 // Isolate handles a record that failed with an error that may belong to a
 // single record (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
 // POLICY_VIOLATION, or a record too large for a batch): kgo fails whole
-// batches, so the records of the batch are produced again one at a time, in
-// order. Records that succeed are written in order; only a record that fails
-// on its own is passed on.
+// batches, so the failed records are bisected: the first half is produced
+// again, in order, and a half that fails is split again, until the record
+// that fails on its own is found, about log2(n) rounds for a batch of n
+// records. Records that succeed are written in order; only a record that
+// fails on its own is passed on, and once it is settled the rest is produced
+// again (and bisected again if another record fails).
+//
+// Recovery rounds do not wait out kgo's ProducerLinger: while a round is in
+// flight, the Producer flushes the client (a Flush that it cancels when the
+// round is done), so no partition of the client lingers meanwhile.
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 
 // DeadLetter diverts the failed record to the dead-letter topic: a copy with

@@ -183,10 +183,18 @@ func cmpSeq(a, b uint64) int {
 // The head of the queue is the earliest record that failed. The policies
 // decide its fate from the error it failed with; until it is settled,
 // nothing after it is written. When a policy asks for records to be produced
-// again (Retry, or Isolate one at a time), the queue is produced again in
-// order and the earliest record that fails is the next head.
+// again (Retry), the queue is produced again in order and the earliest
+// record that fails is the next head.
+//
+// Isolate bisects: span is then how many records at the head of the queue
+// hold one that fails on its own. Each round produces the first half of
+// the span: if it is written, the failing record is in the other half; if
+// it fails, it is in this half. A span of one record that fails is the
+// failing record, and goes on through the policies; once it is settled, the
+// queue is produced whole again (and bisected again if another record of it
+// fails). One failing record among n costs about log2(n) rounds.
 func (p *Producer) resolve(u *unit, queue []*pending) {
-	oneByOne := false
+	span := 0        // while isolating, see above; 0 otherwise
 	produce := false // the first decision is on the original errors
 	for {
 		p.recoverKgo(u)
@@ -217,16 +225,21 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			produce = true
 		}
 
-		failed := 0
+		// suspects: the records at the head, up to the last one that
+		// failed on its own.
+		suspects := 0
 		if produce {
-			// Produce the queue again, in order (or only its
-			// head, while isolating), and settle what is written.
+			// Produce the queue again, in order (or, while
+			// isolating, the first half of the span), and settle
+			// what is written.
 			round := queue
-			if oneByOne {
-				round = queue[:1]
+			if span > 0 {
+				span = min(span, len(queue))
+				round = queue[:max(1, span/2)]
 			}
 			errs := p.produceRound(round)
 			kept := queue[:0]
+			failed := false
 			for i, pd := range queue {
 				if i < len(round) {
 					if errs[i] == nil {
@@ -234,18 +247,32 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 						continue
 					}
 					pd.err = errs[i]
-					failed++
+					failed = true
+					if ownFailure(pd) {
+						suspects = len(kept) + 1
+					}
 				}
 				kept = append(kept, pd)
 			}
 			queue = kept
-			if failed == 0 {
-				continue // everything in the round was written
+			if !failed {
+				// Everything in the round was written. While
+				// isolating, the rest of the span holds the
+				// failing record; if nothing is left of it,
+				// the failure did not come back.
+				if span > 0 {
+					span -= len(round)
+				}
+				continue
+			}
+			if span > 0 && suspects > 1 && perRecordCause(queue[0].err) {
+				span = suspects // the failing record is in this half
+				continue
 			}
 		} else {
-			for _, pd := range queue {
+			for i, pd := range queue {
 				if ownFailure(pd) {
-					failed++
+					suspects = i + 1
 				}
 			}
 		}
@@ -274,18 +301,19 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 					settled = true // produced again next round
 				}
 			case policyIsolate:
-				if !oneByOne && failed > 1 && perRecordCause(pd.err) {
-					// From now on, one record at a time: the
+				if span == 0 && suspects > 1 && perRecordCause(pd.err) {
+					// Bisect the records that failed: the
 					// head's own attempts restart.
-					oneByOne = true
+					span = suspects
 					pd.attempts = 0
 					p.count(func(s *Stats) { s.Isolations++ })
-					p.logf(kgo.LogLevelInfo, "korder: isolating a batch failure one record at a time", u.logKVs("err", pd.err)...)
+					p.logf(kgo.LogLevelInfo, "korder: isolating a batch failure by bisecting it", u.logKVs("records", suspects, "err", pd.err)...)
 					settled = true
 				}
 			case policyDeadLetter:
 				if err := p.deadLetter(u, pol, pd); err == nil {
 					queue = queue[1:]
+					span = 0
 					settled = true
 				} else {
 					p.logf(kgo.LogLevelWarn, "korder: could not divert a record to the dead-letter topic", u.logKVs("dead_letter_topic", pol.topic, "err", err)...)
@@ -295,6 +323,7 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 				p.logf(kgo.LogLevelWarn, "korder: dropping a record that failed to produce", "topic", u.t.name, "partition", pd.r.Partition, "err", pd.err)
 				pd.promise(pd.r, fmt.Errorf("%w: %w", ErrDropped, pd.err))
 				queue = queue[1:]
+				span = 0
 				settled = true
 			case policyStop:
 				break policies
@@ -395,7 +424,8 @@ func (p *Producer) settleCanceled(queue []*pending) []*pending {
 	return kept
 }
 
-// produceRound produces rs in order and waits for all of them.
+// produceRound produces rs in order and waits for all of them, without
+// waiting for the linger (see flushUntil).
 func (p *Producer) produceRound(rs []*pending) []error {
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
@@ -406,8 +436,32 @@ func (p *Producer) produceRound(rs []*pending) []error {
 			wg.Done()
 		})
 	}
-	wg.Wait()
+	p.flushUntil(wg.Wait)
 	return errs
+}
+
+// flushUntil returns once wait returns, and makes kgo send what it buffers
+// without lingering meanwhile, if the client lingers (or flushes manually):
+// a recovery round waits for every record it produces, with the unit held,
+// so a linger only holds the unit longer, and an isolation waits once per
+// round. It flushes the client with a context that it cancels once wait
+// returns: kgo lingers for no partition while it flushes, so other
+// partitions send without lingering meanwhile, and the flush does not wait
+// for their records.
+func (p *Producer) flushUntil(wait func()) {
+	if !p.lingers {
+		wait()
+		return
+	}
+	ctx, cancel := context.WithCancel(p.cl.Context())
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		p.cl.Flush(ctx)
+	}()
+	wait()
+	cancel()
+	<-flushed
 }
 
 // recoverKgo recovers u's failed state in kgo before its recovery produces
@@ -557,7 +611,7 @@ func (p *Producer) divertQuarantined(u *unit, queue []*pending) []*pending {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			p.deadLetterQuarantined(pd, cause, wg.Done)
-			wg.Wait()
+			p.flushUntil(wg.Wait)
 			continue
 		}
 		kept = append(kept, pd)
@@ -622,7 +676,16 @@ const (
 )
 
 func (p *Producer) produceDeadLetter(topic string, pd *pending) error {
-	err := p.cl.ProduceSync(context.WithoutCancel(pd.ctx), p.deadLetterRecord(topic, pd)).FirstErr()
+	var (
+		err error
+		wg  sync.WaitGroup
+	)
+	wg.Add(1)
+	p.cl.Produce(context.WithoutCancel(pd.ctx), p.deadLetterRecord(topic, pd), func(_ *kgo.Record, perr error) {
+		err = perr
+		wg.Done()
+	})
+	p.flushUntil(wg.Wait)
 	if err != nil {
 		p.recoverKgoTopic(topic)
 	}
