@@ -96,6 +96,12 @@ var (
 	// record produced to the topic (partition) until Resume.
 	ErrStopped = errors.New("korder: topic stopped after a produce failure")
 
+	// ErrHeldFull is the error a record's promise gets, with
+	// RejectWhenHeldFull, when its topic (partition) is recovering and its
+	// held queue is full (MaxHeld, MaxHeldBytes). The record is not
+	// written.
+	ErrHeldFull = errors.New("korder: held queue full while the topic recovers")
+
 	// ErrClosed is the error a record's promise gets if the Producer is
 	// closed before the record could be produced. As with
 	// kgo.ErrClientClosed, which it then wraps, a record whose produce
@@ -139,6 +145,17 @@ type pending struct {
 	promise  func(*kgo.Record, error)
 	err      error // the last error kgo failed the record with
 	attempts int   // produce attempts during recovery
+	size     int64 // the bytes it counts for while held (heldSize)
+}
+
+// heldSize is what a held record counts for against MaxHeldBytes: its key,
+// value and headers.
+func heldSize(r *kgo.Record) int64 {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
 }
 
 // topicState is a topic: with per-topic holds, its one unit; with
@@ -162,7 +179,21 @@ type topicState struct {
 	// recovers its own partition. See gate.
 	topicFailed bool
 	healing     bool
-	space       chan struct{} // closed when a unit may have become quiescent, or the topic recovered
+	space       chan struct{} // closed when a unit may have become quiescent, or the topic recovered, or held bytes were freed while heldWaiters > 0
+
+	heldBytes   int64 // bytes held by the topic's units (MaxHeldBytes)
+	heldWaiters int   // Produce calls waiting for heldBytes to shrink
+}
+
+// unholdLocked accounts for records leaving the held queue of one of the
+// topic's units, and wakes the Produce calls waiting for room.
+func (ts *topicState) unholdLocked(pds []*pending) {
+	for _, pd := range pds {
+		ts.heldBytes -= pd.size
+	}
+	if len(pds) > 0 && ts.heldWaiters > 0 {
+		ts.wakeLocked()
+	}
 }
 
 // maxFastPartition bounds the lock-free path's per-partition snapshot: a
@@ -507,12 +538,15 @@ func (ts *topicState) wakeLocked() {
 // Produce produces r with kgo's semantics, keeping per-partition order
 // across failures: if r's topic (with per-partition holds, its partition)
 // is recovering from a failure, r is held and produced, in order, once it
-// recovers. If the held queue is full (MaxHeld), Produce blocks until there
-// is room or ctx is done, in which case the promise is called with ctx's
-// error. The promise is called exactly once: with nil once the record is
-// written, or with an error that wraps ErrDeadLettered, ErrDropped,
-// ErrStopped or ErrClosed and the cause, or with kgo's own error for
-// failures that are not produce failures (for example an invalid record).
+// recovers. If the held queue is full (MaxHeldBytes, shared by the topic,
+// or MaxHeld), Produce blocks until there is room or ctx is done, in which
+// case the promise is called with ctx's error; with RejectWhenHeldFull, it
+// fails the record at once with ErrHeldFull instead. The promise is called
+// exactly once: with nil once the record is written, or with an error that
+// wraps ErrDeadLettered, ErrDropped, ErrStopped, ErrHeldFull or ErrClosed
+// and the cause, with its own context's error if that is done before the
+// record could be written, or with kgo's own error for failures that are
+// not produce failures (for example an invalid record).
 //
 // As with kgo, a promise must not block. A record counts as in flight
 // until its promise returns, and a recovery waits for the records in
@@ -577,22 +611,47 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 			return
 		}
-		if len(u.held) < p.cfg.maxHeld {
+		if pd.size == 0 {
+			pd.size = heldSize(r)
+		}
+		countFull := p.cfg.maxHeld > 0 && len(u.held) >= p.cfg.maxHeld
+		bytesFull := u.t.heldBytes > 0 && u.t.heldBytes+pd.size > p.cfg.maxHeldBytes
+		if !countFull && !bytesFull {
 			pd.seq = u.nextSeqLocked()
 			u.held = append(u.held, pd)
+			u.t.heldBytes += pd.size
 			p.updateSlowLocked(u)
 			p.mu.Unlock()
 			return
 		}
+		if p.cfg.rejectWhenFull {
+			p.stats.HeldFull++
+			p.mu.Unlock()
+			promise(r, ErrHeldFull)
+			return
+		}
 		space := u.space
+		ts := u.t
+		if !countFull {
+			space = ts.space // the topic's bytes: any of its units may free them
+			ts.heldWaiters++
+		}
 		p.mu.Unlock()
 		select {
 		case <-space:
 		case <-ctx.Done():
+			if !countFull {
+				p.mu.Lock()
+				ts.heldWaiters--
+				p.mu.Unlock()
+			}
 			promise(r, ctx.Err())
 			return
 		}
 		p.mu.Lock()
+		if !countFull {
+			ts.heldWaiters--
+		}
 	}
 }
 
@@ -741,6 +800,7 @@ func (p *Producer) Close() {
 	for _, ts := range p.topics {
 		ts.eachUnit(func(u *unit) {
 			held = append(held, u.held...)
+			ts.unholdLocked(u.held)
 			u.held = nil
 			p.updateSlowLocked(u)
 			u.wakeLocked()

@@ -127,21 +127,27 @@ func perRecordCause(err error) bool {
 }
 
 type config struct {
-	policies   []Policy
-	maxHeld    int
-	topicHolds bool
+	policies         []Policy
+	maxHeld          int // 0: no bound
+	maxHeldBytes     int64
+	rejectWhenFull   bool
+	topicHolds       bool
+	invalidHeldBound string
 }
+
+// DefaultMaxHeldBytes is the default of MaxHeldBytes: 64 MiB.
+const DefaultMaxHeldBytes = 64 << 20
 
 func defaultConfig() config {
 	return config{
-		policies: []Policy{Retry(3, 100*time.Millisecond), Stop()},
-		maxHeld:  10000,
+		policies:     []Policy{Retry(3, 100*time.Millisecond), Stop()},
+		maxHeldBytes: DefaultMaxHeldBytes,
 	}
 }
 
 func (c *config) validate() error {
-	if c.maxHeld < 1 {
-		return fmt.Errorf("korder: MaxHeld(%d): must be at least 1", c.maxHeld)
+	if c.invalidHeldBound != "" {
+		return fmt.Errorf("korder: %s: must be at least 1", c.invalidHeldBound)
 	}
 	if len(c.policies) == 0 {
 		return errors.New("korder: WithPolicies needs at least one policy")
@@ -180,12 +186,53 @@ func WithPolicies(policies ...Policy) Opt {
 	return func(c *config) { c.policies = policies }
 }
 
-// MaxHeld sets how many records each topic (with per-partition holds,
-// each partition) may hold while it recovers, overriding the default of
-// 10000. When a held queue is full, Produce blocks until there is room or
-// its context is done.
+// MaxHeld bounds how many records each topic (with per-partition holds,
+// each partition) may hold while it recovers. There is no such bound by
+// default: MaxHeldBytes bounds what a topic holds. When a held queue is
+// full, Produce blocks until there is room or its context is done, or,
+// with RejectWhenHeldFull, fails the record at once with ErrHeldFull.
 func MaxHeld(n int) Opt {
-	return func(c *config) { c.maxHeld = n }
+	return func(c *config) {
+		c.maxHeld = n
+		if n < 1 {
+			c.invalidHeldBound = fmt.Sprintf("MaxHeld(%d)", n)
+		}
+	}
+}
+
+// MaxHeldBytes bounds the bytes a topic may hold while it, or with
+// per-partition holds any of its partitions, recovers: the sum over its
+// held records of their key, value and header sizes, shared by all the
+// topic's partitions. The default is DefaultMaxHeldBytes (64 MiB). A record
+// larger than the bound is held if the topic holds nothing else. When the
+// bound is reached, Produce blocks until there is room or its context is
+// done, or, with RejectWhenHeldFull, fails the record at once with
+// ErrHeldFull.
+//
+// A Produce that blocks on a full held queue blocks the producing
+// goroutine, and so the records it would produce next to other, healthy
+// partitions. The bytes bound keeps a held partition from blocking that
+// goroutine until the partition has taken a large share of memory (at
+// 100 bytes a record, 64 MiB holds some 600000 records); RejectWhenHeldFull
+// keeps it from blocking at all.
+func MaxHeldBytes(n int64) Opt {
+	return func(c *config) {
+		c.maxHeldBytes = n
+		if n < 1 {
+			c.invalidHeldBound = fmt.Sprintf("MaxHeldBytes(%d)", n)
+		}
+	}
+}
+
+// RejectWhenHeldFull makes Produce fail a record at once, with an error
+// wrapping ErrHeldFull, when its topic (partition) is recovering and its
+// held queue is full (MaxHeld, MaxHeldBytes), instead of blocking until
+// there is room: the producing goroutine then keeps producing to the
+// healthy partitions. The rejected record is not written and, as with
+// Drop, records produced after it may be: the application decides what
+// to do with it (produce it again later, or give up on its key).
+func RejectWhenHeldFull() Opt {
+	return func(c *config) { c.rejectWhenFull = true }
 }
 
 // TopicHolds makes holds per topic even when the client's partitioner is

@@ -20,9 +20,11 @@ type Stats struct {
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
 	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or quarantined when the dead-letter topic failed
+	HeldFull     int64 // records failed with ErrHeldFull (RejectWhenHeldFull)
 	Canceled     int64 // failed or held records settled with their own context's error, outside the policies
 	Quarantined  int64 // keys quarantined now (with per-partition holds, per partition)
 	Held         int64 // records held now
+	HeldBytes    int64 // bytes held now (see MaxHeldBytes)
 
 	// HoldTime is, per topic, the total time the topic held records while
 	// recovering. With per-partition holds (see the package
@@ -56,6 +58,7 @@ func (p *Producer) Stats() Stats {
 				s.PartitionHoldTime[name][partition] = d
 			}
 		}
+		s.HeldBytes += ts.heldBytes
 		ts.eachUnit(func(u *unit) {
 			s.Held += int64(len(u.held))
 			s.Quarantined += int64(len(u.quarantined))
@@ -88,6 +91,7 @@ func (p *Producer) recover(u *unit) {
 	defer p.mu.Unlock()
 	if u.stopped != nil {
 		held := u.held
+		u.t.unholdLocked(held)
 		u.held = nil
 		p.endHoldLocked(u)
 		u.running = false
@@ -106,6 +110,7 @@ func (p *Producer) recover(u *unit) {
 	for len(u.held) > 0 && len(u.failed) == 0 && !u.t.topicFailed && !p.closed {
 		pd := u.held[0]
 		u.held = u.held[1:]
+		u.t.unholdLocked([]*pending{pd})
 		u.wakeLocked()
 		if err := canceled(pd); err != nil {
 			// Its context ended while it was held: kgo would fail it
@@ -132,6 +137,7 @@ func (p *Producer) recover(u *unit) {
 	}
 	if p.closed {
 		held := u.held
+		u.t.unholdLocked(held)
 		u.held = nil
 		p.mu.Unlock()
 		for _, pd := range held {
