@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# bench.sh: `make bench`. The same benchmark source compiled three ways and
-# run alternately, then benchstat tables:
+# bench.sh: `make bench`. The same benchmark source compiled three ways (one
+# of them twice) and run alternately, then benchstat tables:
 #
 #   pristine  franz-go v1.22.3 from the module proxy (upstream/patchset.sh
 #             pristine), plus the first patch of the series, which only adds
-#             kgo's hot path benchmark file (checked: every file it touches
+#             kgo's hot path benchmark files (checked: every file it touches
 #             is a _test.go file), and this module built with -tags pristine
 #             against that tree;
+#   A/A       the same pristine source built a second time into a binary of
+#             its own and run as a side of its own: pristine against A/A is
+#             the noise floor, printed beside off and on, and summarized
+#             after the tables (largest difference of medians, widest
+#             confidence interval);
 #   off       the patched tree (upstream/franz-go, the repository's go.work),
 #             FailPartitionOnProduceFailure off;
 #   on        the same patched binaries with KGO_BENCH_FAIL_STOP=1, which
@@ -16,10 +21,16 @@
 # Groups (BENCH_GROUPS, default all four, in this order in every round):
 #
 #   kgo       pkg/kgo BenchmarkBufferRecord and BenchmarkProduce (no broker),
-#             pristine, off, on.
+#             pristine, A/A, off, on, BENCH_KGO_RUNS times per round. These
+#             micro-benchmarks run as quietly as a process can make them:
+#             -test.cpu BENCH_CPU (and GOMAXPROCS to match), GOGC=off with a
+#             GOMEMLIMIT (no GC cycle runs: they allocate nothing per op),
+#             a fixed op count, and they report cpu-ns/op (the process's CPU
+#             time per op, which leaves out the time spent waiting for a CPU
+#             on a shared machine) beside ns/op.
 #   e2e       bench/e2e BenchmarkProduce: keyed records to an in-process
-#             kfake, partitions=8/1024 x codec=none/lz4/zstd, pristine, off,
-#             on.
+#             kfake, partitions=8/1024 x codec=none/lz4/zstd, pristine, A/A,
+#             off, on.
 #   failstop  on only: pkg/kgo BenchmarkProduceRejected, bench/e2e
 #             BenchmarkRejected and BenchmarkRecovery.
 #   korder    patched only: pkg/korder BenchmarkProduce, impl=kgo,
@@ -32,8 +43,9 @@
 # Every test binary is built once, before any run. Then each round runs every
 # group once per side, one -test.count=1 run at a time, appending to one file
 # per group and side in BENCH_OUT; alternating spreads machine noise over all
-# sides instead of biasing one. Finally benchstat (pinned, installed from
-# the Go module proxy) prints one table per group.
+# sides instead of biasing one, and the side that goes first rotates from
+# round to round. Finally benchstat (pinned, installed from the Go module
+# proxy) prints one table per group, with the A/A column beside off and on.
 #
 # Environment:
 #   BENCH_COUNT         rounds (default 10).
@@ -43,7 +55,15 @@
 #                       own variable below is set; for a quick check,
 #                       BENCH_COUNT=2 BENCHTIME=2000x.
 #   BENCHTIME_KGO       kgo group, and pkg/kgo BenchmarkProduceRejected
-#                       (default 1s).
+#                       (default 1000000x).
+#   BENCH_KGO_RUNS      runs of each kgo side per round (default 3: the
+#                       group is cheap, and more samples narrow the
+#                       confidence intervals).
+#   BENCH_CPU           -test.cpu and GOMAXPROCS for the kgo micro-benchmarks
+#                       (default 1).
+#   BENCH_MICRO_GOGC, BENCH_MICRO_GOMEMLIMIT
+#                       GOGC and GOMEMLIMIT for the kgo micro-benchmarks
+#                       (default off and 1GiB).
 #   BENCHTIME_E2E       e2e group, records per run (default 500000x).
 #   BENCHTIME_REJECTED  bench/e2e BenchmarkRejected (default 1s).
 #   BENCHTIME_RECOVERY  bench/e2e BenchmarkRecovery, failures per run
@@ -80,7 +100,14 @@ for g in "${groups[@]}"; do
 done
 want() { [[ " ${groups[*]} " == *" $1 "* ]]; }
 
-bt_kgo=${BENCHTIME_KGO:-${BENCHTIME:-1s}}
+bt_kgo=${BENCHTIME_KGO:-${BENCHTIME:-1000000x}}
+kgo_runs=${BENCH_KGO_RUNS:-3}
+[[ $kgo_runs =~ ^[1-9][0-9]*$ ]] || die "BENCH_KGO_RUNS must be a positive integer, got '$kgo_runs'"
+cpu=${BENCH_CPU:-1}
+[[ $cpu =~ ^[1-9][0-9]*$ ]] || die "BENCH_CPU must be a positive integer, got '$cpu'"
+# The environment and flags of every kgo micro-benchmark run.
+micro_env=(GOMAXPROCS="$cpu" GOGC="${BENCH_MICRO_GOGC:-off}" GOMEMLIMIT="${BENCH_MICRO_GOMEMLIMIT:-1GiB}")
+micro_flags="-test.cpu $cpu"
 bt_e2e=${BENCHTIME_E2E:-${BENCHTIME:-500000x}}
 bt_rejected=${BENCHTIME_REJECTED:-${BENCHTIME:-1s}}
 bt_recovery=${BENCHTIME_RECOVERY:-${BENCHTIME:-500x}}
@@ -109,8 +136,9 @@ elapsed() {
 # The header: what ran, where, how. Kept as machine.txt next to the results.
 {
 	echo "make bench ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
-	printf 'command: BENCH_COUNT=%s BENCH_GROUPS="%s" BENCHTIME_KGO=%s BENCHTIME_E2E=%s BENCHTIME_REJECTED=%s BENCHTIME_RECOVERY=%s BENCHTIME_KORDER=%s bash bench/bench.sh\n' \
-		"$count" "${groups[*]}" "$bt_kgo" "$bt_e2e" "$bt_rejected" "$bt_recovery" "$bt_korder"
+	printf 'command: BENCH_COUNT=%s BENCH_GROUPS="%s" BENCHTIME_KGO=%s BENCH_KGO_RUNS=%s BENCHTIME_E2E=%s BENCHTIME_REJECTED=%s BENCHTIME_RECOVERY=%s BENCHTIME_KORDER=%s bash bench/bench.sh\n' \
+		"$count" "${groups[*]}" "$bt_kgo" "$kgo_runs" "$bt_e2e" "$bt_rejected" "$bt_recovery" "$bt_korder"
+	echo "kgo micro-benchmarks: ${micro_env[*]} $micro_flags"
 	echo "machine: $(nproc) CPUs, $(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//'), $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -srm)"
 	echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "go: $(go version)"
@@ -176,27 +204,31 @@ if want kgo || want failstop; then
 fi
 if want kgo; then
 	build kgo-pristine "$pristine/pkg/kgo" off .
+	build kgo-aa "$pristine/pkg/kgo" off . # A/A: the same build again
 fi
 if want e2e || want failstop; then
 	build e2e-patched "$root" "$root/go.work" ./bench/e2e
 fi
 if want e2e; then
 	build e2e-pristine "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
+	build e2e-aa "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
 fi
 if want korder; then
 	build korder "$root" "$root/go.work" ./pkg/korder
 fi
 echo
 
-# run FILE DIR BINARY BENCH BENCHTIME [VAR=val ...]: one run of a test binary,
-# from its package directory as go test would, with KGO_BENCH_FAIL_STOP
-# unset unless given, appending the results to FILE.
+# run FILE DIR BINARY BENCH BENCHTIME FLAGS [VAR=val ...]: one run of a test
+# binary, from its package directory as go test would, with FLAGS (split on
+# spaces) added, KGO_BENCH_FAIL_STOP unset unless given, and the given
+# environment, appending the results to FILE.
 run() {
-	local file=$1 dir=$2 binary=$3 bench=$4 benchtime=$5
-	shift 5
+	local file=$1 dir=$2 binary=$3 bench=$4 benchtime=$5 flags
+	read -r -a flags <<<"$6"
+	shift 6
 	if ! (cd "$dir" && env -u KGO_BENCH_FAIL_STOP "$@" "$bin/$binary.test" \
 		-test.run '^$' -test.bench "$bench" -test.benchtime "$benchtime" \
-		-test.benchmem -test.count 1 -test.timeout 30m) >>"$out/$file" 2>&1; then
+		-test.benchmem -test.count 1 -test.timeout 30m "${flags[@]}") >>"$out/$file" 2>&1; then
 		echo "bench: $binary.test -test.bench '$bench' ${*:-} failed; the end of $out/$file:" >&2
 		tail -n 30 "$out/$file" >&2
 		exit 1
@@ -206,7 +238,7 @@ run() {
 kgo_hot='^(BenchmarkBufferRecord|BenchmarkProduce)$'
 for g in "${groups[@]}"; do
 	case $g in
-	kgo | e2e) for side in pristine off on; do : >"$out/$g-$side.txt"; done ;;
+	kgo | e2e) for side in pristine aa off on; do : >"$out/$g-$side.txt"; done ;;
 	*) : >"$out/$g.txt" ;;
 	esac
 done
@@ -219,20 +251,43 @@ group() {
 	"run_$1"
 	round_times+=" $1 $(($(date +%s) - t0))s"
 }
+# rotated N: 0..N-1 starting at the round's offset, so that the side that
+# runs first (on a machine just freed, or just loaded, by the previous
+# group) changes from round to round. i is the round, from 1.
+rotated() {
+	local n=$1 j
+	for ((j = 0; j < n; j++)); do echo $(((i - 1 + j) % n)); done
+}
+kgo_side() { # 0..3: pristine, A/A, off, on
+	case $1 in
+	0) run kgo-pristine.txt "$pristine/pkg/kgo" kgo-pristine "$kgo_hot" "$bt_kgo" "$micro_flags" "${micro_env[@]}" ;;
+	1) run kgo-aa.txt "$pristine/pkg/kgo" kgo-aa "$kgo_hot" "$bt_kgo" "$micro_flags" "${micro_env[@]}" ;;
+	2) run kgo-off.txt "$tree/pkg/kgo" kgo-patched "$kgo_hot" "$bt_kgo" "$micro_flags" "${micro_env[@]}" ;;
+	3) run kgo-on.txt "$tree/pkg/kgo" kgo-patched "$kgo_hot" "$bt_kgo" "$micro_flags" "${micro_env[@]}" "$on_env" ;;
+	esac
+}
 run_kgo() {
-	run kgo-pristine.txt "$pristine/pkg/kgo" kgo-pristine "$kgo_hot" "$bt_kgo"
-	run kgo-off.txt "$tree/pkg/kgo" kgo-patched "$kgo_hot" "$bt_kgo"
-	run kgo-on.txt "$tree/pkg/kgo" kgo-patched "$kgo_hot" "$bt_kgo" "$on_env"
+	local k s
+	for ((k = 0; k < kgo_runs; k++)); do
+		for s in $(rotated 4); do kgo_side "$s"; done
+	done
+}
+e2e_side() { # 0..3: pristine, A/A, off, on
+	case $1 in
+	0) run e2e-pristine.txt "$root/bench/e2e" e2e-pristine '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	1) run e2e-aa.txt "$root/bench/e2e" e2e-aa '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	2) run e2e-off.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	3) run e2e-on.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" "$on_env" ;;
+	esac
 }
 run_e2e() {
-	run e2e-pristine.txt "$root/bench/e2e" e2e-pristine '^BenchmarkProduce$' "$bt_e2e"
-	run e2e-off.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e"
-	run e2e-on.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "$on_env"
+	local s
+	for s in $(rotated 4); do e2e_side "$s"; done
 }
 run_failstop() {
-	run failstop.txt "$tree/pkg/kgo" kgo-patched '^BenchmarkProduceRejected$' "$bt_kgo" "$on_env"
-	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRejected$' "$bt_rejected" "$on_env"
-	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRecovery$' "$bt_recovery" "$on_env"
+	run failstop.txt "$tree/pkg/kgo" kgo-patched '^BenchmarkProduceRejected$' "$bt_kgo" "$micro_flags" "${micro_env[@]}" "$on_env"
+	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRejected$' "$bt_rejected" "" "$on_env"
+	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRecovery$' "$bt_recovery" "" "$on_env"
 }
 korder_impls=(kgo 'kgo\+closure' korder) # -test.bench patterns
 run_korder() {
@@ -240,7 +295,7 @@ run_korder() {
 	for ((j = 0; j < n; j++)); do
 		# i is the round, from 1; round 1 runs kgo first, which makes it
 		# benchstat's base column.
-		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i - 1 + j) % n]}\$" "$bt_korder"
+		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i - 1 + j) % n]}\$" "$bt_korder" ""
 	done
 }
 for ((i = 1; i <= count; i++)); do
@@ -252,6 +307,35 @@ for ((i = 1; i <= count; i++)); do
 done
 echo "runs done in $(elapsed); load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out/machine.txt"
 echo
+
+# aa_floor FILE-PREFIX: the noise floor from the A/A pair, per time metric:
+# the largest difference between the two medians, and the widest 95%
+# confidence interval of a median on either side (benchstat's +-).
+aa_floor() {
+	(cd "$out" && "$benchstat" -format csv pristine="$1-pristine.txt" A/A="$1-aa.txt" 2>/dev/null) | awk -F, '
+		$2 == "pristine" { next }
+		$1 == "" && $2 != "" { unit = $2; next }
+		$1 == "" || $1 == "geomean" || unit !~ /sec\/op$|\/s$/ { next }
+		{
+			a = $2; b = $4
+			if (a <= 0) next
+			d = (b - a) / a * 100; if (d < 0) d = -d
+			if (d > maxd[unit]) { maxd[unit] = d; at[unit] = $1 }
+			for (k = 3; k <= 5; k += 2) {
+				ci = $k; sub(/%$/, "", ci); sub(/^±/, "", ci)
+				if (ci == "∞") ci = 1e9
+				if (ci + 0 > maxci[unit]) maxci[unit] = ci + 0
+			}
+			if (!(unit in seen)) { seen[unit] = 1; order[++n] = unit }
+		}
+		END {
+			for (k = 1; k <= n; k++) {
+				u = order[k]
+				ci = maxci[u] >= 1e9 ? "unknown (too few samples)" : sprintf("+-%.0f%%", maxci[u])
+				printf "A/A noise floor, %s: medians differ by at most %.1f%% (%s); widest confidence interval %s\n", u, maxd[u], at[u], ci
+			}
+		}'
+}
 
 # The tables, also kept as tables.txt, after the header.
 table() { # TITLE BENCHSTAT-ARGS...
@@ -267,12 +351,16 @@ table() { # TITLE BENCHSTAT-ARGS...
 } >"$out/tables.txt"
 {
 	if want kgo; then
-		table "kgo produce hot path (pkg/kgo, no broker): pristine v1.22.3 vs patched, option off and on" \
-			pristine=kgo-pristine.txt off=kgo-off.txt on=kgo-on.txt
+		table "kgo produce hot path (pkg/kgo, no broker): pristine v1.22.3, its A/A rebuild, patched option off and on" \
+			pristine=kgo-pristine.txt A/A=kgo-aa.txt off=kgo-off.txt on=kgo-on.txt
+		aa_floor kgo
+		echo
 	fi
 	if want e2e; then
-		table "end to end Produce, keyed, in-process kfake: pristine v1.22.3 vs patched, option off and on" \
-			pristine=e2e-pristine.txt off=e2e-off.txt on=e2e-on.txt
+		table "end to end Produce, keyed, in-process kfake: pristine v1.22.3, its A/A rebuild, patched option off and on" \
+			pristine=e2e-pristine.txt A/A=e2e-aa.txt off=e2e-off.txt on=e2e-on.txt
+		aa_floor e2e
+		echo
 	fi
 	if want failstop; then
 		table "rejection path and recovery latency (patched, option on)" failstop.txt

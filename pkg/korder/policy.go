@@ -40,7 +40,8 @@ type Policy struct {
 // order, up to attempts times, waiting backoff before each attempt, then
 // passes the record on. A record produced again is measured against
 // RecordDeliveryTimeout afresh only if the client measures the timeout from
-// the time of Produce (the downstream franz-go patch does).
+// when the record's batch is created rather than from the record's
+// Timestamp (the downstream franz-go patch does).
 func Retry(attempts int, backoff time.Duration) Policy {
 	return Policy{kind: policyRetry, attempts: attempts, backoff: backoff}
 }
