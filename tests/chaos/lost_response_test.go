@@ -46,12 +46,14 @@ func TestLostResponse(t *testing.T) {
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			t.Parallel()
-			testLostResponse(t, test.txn, test.kill)
+			testLostResponse(t, test.txn, test.kill, kerr.NotEnoughReplicas, 4)
 		})
 	}
 }
 
-func testLostResponse(t *testing.T, txn, kill bool) {
+// testLostResponse loses r1's response, then has the broker answer the next
+// count attempts with faultErr, checked before its duplicate check.
+func testLostResponse(t *testing.T, txn, kill bool, faultErr *kerr.Error, count int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, chaosTopic))
@@ -116,10 +118,10 @@ func testLostResponse(t *testing.T, txn, kill bool) {
 		t.Fatalf("setup: high watermark %d after the broker handled r1, want %d", hwm, hwm0+1)
 	}
 
-	// The next four attempts are answered NOT_ENOUGH_REPLICAS: past
-	// RecordRetries(2).
-	ner := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: chaosTopic, Err: kerr.NotEnoughReplicas, Count: 4})
-	defer ner.Remove()
+	// The next count attempts are answered faultErr (NOT_ENOUGH_REPLICAS
+	// four times: past RecordRetries(2)).
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: chaosTopic, Err: faultErr, Count: count})
+	defer fault.Remove()
 
 	// Lose r1's response, then let responses through.
 	if kill {
@@ -153,7 +155,7 @@ func testLostResponse(t *testing.T, txn, kill bool) {
 			t.Fatalf("commit: %v", err)
 		}
 	}
-	if hits := ner.Hits(); hits != 4 {
-		t.Fatalf("setup: the broker answered NOT_ENOUGH_REPLICAS %d times, want 4 (past RecordRetries)", hits)
+	if hits := fault.Hits(); hits != count {
+		t.Fatalf("setup: the broker answered %v %d times, want %d", faultErr, hits, count)
 	}
 }
