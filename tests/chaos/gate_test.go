@@ -2,10 +2,14 @@ package chaos_test
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // gates delays responses: while a broker address is gated, reads on the
@@ -22,7 +26,10 @@ type gates struct {
 	m  map[string]chan struct{}
 
 	// expired, if set, is signaled (without blocking) when a gated read
-	// gives up at its deadline.
+	// on a produce connection (one that has written a Produce request)
+	// gives up at its deadline. Reads on other connections (metadata,
+	// client metrics) time out too while a gate is held, and must not be
+	// mistaken for a lost produce response.
 	expired chan struct{}
 
 	conns map[string]map[*gateConn]struct{} // open connections by address, guarded by mu
@@ -94,6 +101,8 @@ type gateConn struct {
 	g    *gates
 	addr string
 
+	produce atomic.Bool // has written a Produce request
+
 	mu        sync.Mutex
 	deadline  time.Time
 	closeOnce sync.Once
@@ -114,6 +123,15 @@ func (c *gateConn) SetDeadline(t time.Time) error {
 func (c *gateConn) SetReadDeadline(t time.Time) error {
 	c.setRD(t)
 	return c.Conn.SetReadDeadline(t)
+}
+
+// Write notes a Produce request: kgo writes a request in one call, and a
+// request starts with its size (int32) and API key (int16, Produce is 0).
+func (c *gateConn) Write(b []byte) (int, error) {
+	if len(b) >= 6 && binary.BigEndian.Uint16(b[4:6]) == uint16(kmsg.Produce) {
+		c.produce.Store(true)
+	}
+	return c.Conn.Write(b)
 }
 
 func (c *gateConn) Close() error {
@@ -140,7 +158,7 @@ func (c *gateConn) Read(b []byte) (int, error) {
 		select {
 		case <-gate:
 		case <-expired:
-			if c.g.expired != nil {
+			if c.g.expired != nil && c.produce.Load() {
 				select {
 				case c.g.expired <- struct{}{}:
 				default:
