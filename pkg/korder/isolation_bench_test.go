@@ -23,43 +23,52 @@ import (
 // discards them, with WithPolicies(Retry(1000, 10ms)) and RecordRetries(2).
 // After a warm-up, the rate at which the 15 healthy partitions' records are
 // written is measured for isolationWindow with no fault, then for
-// isolationWindow while partition 0 fails every produce; healthy-ratio is
-// the second rate over the first (1 is perfect isolation). Run it with
-// -benchtime 1x: each iteration takes about three windows.
+// isolationWindow while partition 0 fails; healthy-ratio is the second rate
+// over the first (1 is perfect isolation). Client, broker and the benchmark
+// share the machine's cores, so anything that costs CPU during the fault,
+// in korder, kgo or kfake, shows in the ratio. Run it with -benchtime 1x:
+// each iteration takes about three windows.
 //
-//   - fault=invalid: partition 0 fails with INVALID_RECORD, which kgo does
-//     not retry: what is left is korder's hold of partition 0.
-//   - fault=retryable: partition 0 fails with NOT_ENOUGH_REPLICAS, which
-//     kgo retries (twice) before failing the batch. kgo backs off the
-//     whole broker connection (sink) before each retry, and kfake has one
-//     broker, so every partition waits: this measures kgo, not korder.
-//   - held=defaults: korder's default bounds (MaxHeldBytes 64 MiB).
-//   - held=MaxHeld10000: MaxHeld(10000), the former default: once
-//     partition 0 holds 10000 records, Produce blocks, and with it the
-//     goroutines' records for every other partition.
-//   - held=reject: RejectWhenHeldFull with MaxHeld(10000): a record that
-//     does not fit fails at once with ErrHeldFull.
+//   - brokers=2: partition 0's leader is broker 1, the healthy
+//     partitions' broker 0; brokers=1: one broker leads them all.
+//   - fault=hold: partition 0 fails once (INVALID_RECORD), and broker 1
+//     keeps the recovery's produce request until the window ends: partition
+//     0 holds every record produced to it meanwhile, and nothing else
+//     fails. This is korder's hold alone.
+//   - fault=invalid: every produce to partition 0 fails with
+//     INVALID_RECORD, which kgo does not retry; Retry produces the failed
+//     records again every 10ms.
+//   - fault=retryable: every produce to partition 0 fails with
+//     NOT_ENOUGH_REPLICAS, which kgo retries itself; kgo backs off the
+//     whole broker connection (sink) before each retry, so with brokers=1
+//     every partition waits: that measures kgo, not korder.
+//   - held=defaults: korder's default bounds (MaxHeldBytes 64 MiB, no
+//     MaxHeld); held=MaxHeld10000: MaxHeld(10000), the former default,
+//     which blocks Produce, and with it every partition's records, once
+//     partition 0 holds 10000; held=reject: MaxHeld(10000) with
+//     RejectWhenHeldFull, which fails what does not fit with ErrHeldFull
+//     (failed-records).
 func BenchmarkIsolation(b *testing.B) {
-	for _, fault := range []struct {
+	helds := []struct {
 		name string
-		err  *kerr.Error
+		opts []korder.Opt
 	}{
-		{"invalid", kerr.InvalidRecord},
-		{"retryable", kerr.NotEnoughReplicas},
-	} {
-		for _, held := range []struct {
-			name string
-			opts []korder.Opt
-		}{
-			{"defaults", nil},
-			{"MaxHeld10000", []korder.Opt{korder.MaxHeld(10000)}},
-			{"reject", []korder.Opt{korder.MaxHeld(10000), korder.RejectWhenHeldFull()}},
-		} {
-			b.Run("fault="+fault.name+"/held="+held.name, func(b *testing.B) {
-				for range b.N {
-					isolationRun(b, fault.err, held.opts)
-				}
-			})
+		{"defaults", nil},
+		{"MaxHeld10000", []korder.Opt{korder.MaxHeld(10000)}},
+		{"reject", []korder.Opt{korder.MaxHeld(10000), korder.RejectWhenHeldFull()}},
+	}
+	for _, brokers := range []int{2, 1} {
+		for _, fault := range []string{"hold", "invalid", "retryable"} {
+			if brokers == 1 && fault == "hold" {
+				continue // holding broker 1's request would hold every partition
+			}
+			for _, held := range helds {
+				b.Run("brokers="+strconv.Itoa(brokers)+"/fault="+fault+"/held="+held.name, func(b *testing.B) {
+					for range b.N {
+						isolationRun(b, brokers, fault, held.opts)
+					}
+				})
+			}
 		}
 	}
 }
@@ -69,13 +78,60 @@ const (
 	isolationWindow     = 2 * time.Second
 )
 
-func isolationRun(b *testing.B, faultErr *kerr.Error, opts []korder.Opt) {
+func isolationRun(b *testing.B, brokers int, fault string, opts []korder.Opt) {
 	b.StopTimer()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(isolationPartitions, topic), kfake.BlackholeProduce())
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(isolationPartitions, topic), kfake.BlackholeProduce())
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	if brokers == 2 { // brokers are nodes 0 and 1
+		for part := range int32(isolationPartitions) {
+			leader := int32(0)
+			if part == 0 {
+				leader = 1
+			}
+			if c.PartitionInfo(topic, part).Leader != leader {
+				if err := c.MoveTopicPartition(topic, part, leader); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	// fault=hold: once holding is set, the first produce request with
+	// records for partition 0 fails them (a one-request fault), and the
+	// next one, the recovery's, is kept until release is closed.
+	var holding atomic.Bool
+	seen := 0 // control functions run serially
+	release := make(chan struct{})
+	defer func() {
+		if holding.Load() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		}
+	}()
+	if fault == "hold" {
+		c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			if !holding.Load() {
+				return nil, nil, false
+			}
+			for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+				for _, pp := range tp.Partitions {
+					if pp.Partition == 0 {
+						if seen++; seen == 2 {
+							c.SleepControl(func() { <-release })
+						}
+						return nil, nil, false
+					}
+				}
+			}
+			return nil, nil, false
+		})
+	}
 	p, err := korder.NewProducer([]kgo.Opt{
 		kgo.SeedBrokers(c.ListenAddrs()...),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
@@ -118,10 +174,24 @@ func isolationRun(b *testing.B, faultErr *kerr.Error, opts []korder.Opt) {
 	time.Sleep(isolationWindow / 4) // warm-up
 	b.StartTimer()
 	base := rate()
-	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: faultErr, Count: -1})
+	var h *kfake.FaultHandle
+	switch fault {
+	case "hold":
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
+		holding.Store(true)
+	case "invalid":
+		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+	case "retryable":
+		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
+	}
 	faulted := rate()
 	b.StopTimer()
-	h.Remove()
+	if h != nil {
+		h.Remove()
+	} else {
+		holding.Store(false)
+		close(release)
+	}
 	stop.Store(true)
 	wg.Wait()
 	fctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -118,6 +118,7 @@ type Producer struct {
 	defaultTopic string // kgo.DefaultProduceTopic, read once
 	maxCarriers  int    // the largest carrier ring of a unit (see carrier)
 	lingers      bool   // the client lingers or flushes manually (see flushUntil)
+	manualFlush  bool   // the client flushes manually: every recovery round flushes
 
 	// probe is the client's partitioner if it has the type of
 	// kgo.ManualPartitioner() and TopicHolds was not given, else nil: it
@@ -333,6 +334,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
 	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
 	p.lingers = linger > 0 || manual
+	p.manualFlush = manual
 	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	p.maxCarriers = maxCarriersFor(maxBuffered)
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)

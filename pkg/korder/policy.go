@@ -56,9 +56,11 @@ func Retry(attempts int, backoff time.Duration) Policy {
 // fails on its own is passed on, and once it is settled the rest is produced
 // again (and bisected again if another record fails).
 //
-// Recovery rounds do not wait out kgo's ProducerLinger: while a round is in
-// flight, the Producer flushes the client (a Flush that it cancels when the
-// round is done), so no partition of the client lingers meanwhile.
+// Isolating rounds, and the dead-letter writes of any policy, do not wait
+// out kgo's ProducerLinger: while one is in flight, the Producer flushes
+// the client (a Flush that it cancels when the round is done), so no
+// partition of the client lingers meanwhile. Retry rounds linger as usual
+// (unless the client flushes manually, when every round flushes).
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 
 // DeadLetter diverts the failed record to the dead-letter topic: a copy with

@@ -243,7 +243,14 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 				span = min(span, len(queue))
 				round = queue[:max(1, span/2)]
 			}
-			errs := p.produceRound(round)
+			// Isolating, a round flushes rather than wait out
+			// the linger: there are about log2(n) of them. A
+			// Retry round does not, since flushing stops every
+			// partition of the client from lingering while it
+			// lasts, and a long outage is a long series of
+			// rounds; it waits its backoff anyway. With manual
+			// flushing, nothing is sent without a flush.
+			errs := p.produceRound(round, span > 0 || p.manualFlush)
 			kept := queue[:0]
 			failed := false
 			for i, pd := range queue {
@@ -430,9 +437,9 @@ func (p *Producer) settleCanceled(queue []*pending) []*pending {
 	return kept
 }
 
-// produceRound produces rs in order and waits for all of them, without
-// waiting for the linger (see flushUntil).
-func (p *Producer) produceRound(rs []*pending) []error {
+// produceRound produces rs in order and waits for all of them; if flush,
+// without waiting for the linger (see flushUntil).
+func (p *Producer) produceRound(rs []*pending, flush bool) []error {
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
 	wg.Add(len(rs))
@@ -442,7 +449,11 @@ func (p *Producer) produceRound(rs []*pending) []error {
 			wg.Done()
 		})
 	}
-	p.flushUntil(wg.Wait)
+	if flush {
+		p.flushUntil(wg.Wait)
+	} else {
+		wg.Wait()
+	}
 	return errs
 }
 
