@@ -36,16 +36,27 @@
 // (kgo.RecordPartitioner(kgo.ManualPartitioner())), and TopicHolds is not
 // given. The unit of holding and recovery is then a topic's partition: a
 // failure of partition P holds only records produced to P, and the other
-// partitions of the topic keep flowing. A failure before partitioning (kgo
-// reports it for the whole topic: a record larger than MaxBufferedBytes,
-// ErrMaxBuffered, a context cancelled while Produce was blocked, an unknown
+// partitions of the topic keep flowing. A failure kgo cannot pin on a
+// partition (it reports it for the whole topic: for example a record larger
+// than MaxBufferedBytes before the topic's metadata is loaded, or an unknown
 // topic) holds every partition of the topic, including partitions not
 // produced to yet, until each has finished what it had in flight; then the
 // topic is recovered and each partition recovers on its own. Quarantine,
 // Stop and MaxHeld then apply per partition too: a key is quarantined in the
 // partition whose record was diverted, Stop stops only the failed partition
 // (Resume resumes every stopped partition of the topic), and each partition
-// holds up to MaxHeld records.
+// holds up to MaxHeld records, if that is set; MaxHeldBytes bounds the
+// bytes the topic's partitions hold together.
+//
+// # Contexts
+//
+// A record whose own context (the one given to Produce, or the record's
+// Context) is done when its turn comes is settled alone with its context's
+// error, as raw kgo would: it is not produced again, diverted, dropped or
+// counted toward Stop, and the records failed only with it (kgo fails a
+// batch whose first record's context is done) are produced again in order.
+// A held record whose context ends while it is held is settled when the
+// hold ends, without reaching kgo.
 //
 // The Producer recognizes kgo.ManualPartitioner() by its type (that of every
 // kgo.BasicConsistentPartitioner) and, for each topic, by asking it to
