@@ -689,7 +689,7 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		what := korderOutcome(err)
 		switch {
 		case what == "" && !r.closing:
-			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped", rr, err)
+			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
 		case what == "stopped" && !r.rc.txn():
 			select {
 			case r.resumeCh <- struct{}{}:
