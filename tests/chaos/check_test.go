@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -142,6 +143,11 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 			}
 			rr := r.recs[id]
 			if seen[id] {
+				if r.nonRetryableAfterUnsureLocked(rr) {
+					out.documented++
+					r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: documented duplicate at offset %d (copies at %v): idempotent, reported failed with a non-retryable error, which a resend after a lost response can get although the first attempt was written", kr.Offset, occs[id]))
+					continue
+				}
 				out.duplicates++
 				r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: duplicate copy at offset %d (copies at %v)", kr.Offset, occs[id]))
 				continue
@@ -282,6 +288,29 @@ func (r *run) maybeWrittenLocked(rr *rec) bool {
 		}
 	}
 	return slices.ContainsFunc(rr.kgoErrs, unknown) // korder's own attempts
+}
+
+// nonRetryableAfterUnsureLocked: with idempotency, a batch whose request may
+// have been written is retried until the broker answers, so a failed record
+// was not written, unless a resend was answered with a non-retryable error
+// the broker checks before duplicates (the faults inject such errors on any
+// request); the record may then be in the log, and producing it again
+// duplicates it (documented on FailPartitionOnProduceFailure; reproduced by
+// TestBugLostResponseThenNonRetryable).
+func (r *run) nonRetryableAfterUnsureLocked(rr *rec) bool {
+	if !r.rc.idempotent() {
+		return false
+	}
+	nonRetryable := func(err error) bool {
+		var ke *kerr.Error
+		return errors.As(err, &ke) && !ke.Retriable
+	}
+	for _, a := range rr.attempts {
+		if a.err != nil && nonRetryable(a.err) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(rr.kgoErrs, nonRetryable)
 }
 
 func (r *run) decode(kr *kgo.Record) (int, bool) {

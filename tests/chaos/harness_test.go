@@ -263,7 +263,7 @@ type outcome struct {
 	rejected   int // promises failed with ErrProducePartitionFailed
 	hardFails  int // promises failed with another error
 	hooks      int // HookProducePartitionFailed calls
-	documented int // reorders of "maybe written" records (non-idempotent, documented)
+	documented int // reorders and duplicates the option documents (see maybeWrittenLocked, nonRetryableAfterUnsureLocked)
 	commits    int // transactions committed
 	aborts     int // transactions aborted
 	korder     string
