@@ -186,10 +186,14 @@ func testMatrixTopicFailure(t *testing.T, pol matrixPolicy, closeDuringHold bool
 	for _, i := range []int{3, 4, 2, 5} {
 		m.produce(ctx, 1, m.rec(1, i))
 	}
-	// With per-topic holds, the rejection of g1-0 may already hold the
-	// topic when g1-1 is produced (if kgo calls its promise at once).
-	if s := m.p.Stats(); s.Held != 4 && (pol.mode.perPartition || s.Held != 5) {
-		t.Fatalf("held %d after the topic failed, expected the 4 records produced since", s.Held)
+	// g1-0 and g1-1 may be held too: kgo queues the big record's promise
+	// before it runs the hooks, so the Producer may learn of the failure
+	// from that promise (with per-topic holds) or from its recovery's
+	// gate (with per-partition holds) before the user hook produces
+	// them; with per-topic holds, the rejection of g1-0 may also hold the
+	// topic when g1-1 is produced.
+	if s := m.p.Stats(); s.Held < 4 || s.Held > 6 {
+		t.Fatalf("held %d after the topic failed, expected the 4 records produced since (and at most the 2 the hook produced)", s.Held)
 	}
 
 	if closeDuringHold {

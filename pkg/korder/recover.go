@@ -200,8 +200,9 @@ func cmpSeq(a, b uint64) int {
 // queue is produced whole again (and bisected again if another record of it
 // fails). One failing record among n costs about log2(n) rounds.
 func (p *Producer) resolve(u *unit, queue []*pending) {
-	span := 0        // while isolating, see above; 0 otherwise
-	produce := false // the first decision is on the original errors
+	span := 0         // while isolating, see above; 0 otherwise
+	isolated := false // Isolate has bisected in this recovery
+	produce := false  // the first decision is on the original errors
 	for {
 		p.recoverKgo(u)
 		if len(queue) == 0 {
@@ -243,14 +244,16 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 				span = min(span, len(queue))
 				round = queue[:max(1, span/2)]
 			}
-			// Isolating, a round flushes rather than wait out
-			// the linger: there are about log2(n) of them. A
-			// Retry round does not, since flushing stops every
-			// partition of the client from lingering while it
-			// lasts, and a long outage is a long series of
-			// rounds; it waits its backoff anyway. With manual
-			// flushing, nothing is sent without a flush.
-			errs := p.produceRound(round, span > 0 || p.manualFlush)
+			// Once Isolate has bisected, a round flushes rather
+			// than wait out the linger: there are about log2(n)
+			// of them, and the round that produces the rest after
+			// the failing record. A Retry round does not, since
+			// flushing stops every partition of the client from
+			// lingering while it lasts, and a long outage is a
+			// long series of rounds; it waits its backoff anyway.
+			// With manual flushing, nothing is sent without a
+			// flush.
+			errs := p.produceRound(round, isolated || p.manualFlush)
 			kept := queue[:0]
 			failed := false
 			for i, pd := range queue {
@@ -317,7 +320,7 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 				if span == 0 && suspects > 1 && perRecordCause(pd.err) {
 					// Bisect the records that failed: the
 					// head's own attempts restart.
-					span = suspects
+					span, isolated = suspects, true
 					pd.attempts = 0
 					p.count(func(s *Stats) { s.Isolations++ })
 					p.logf(kgo.LogLevelInfo, "korder: isolating a batch failure by bisecting it", u.logKVs("records", suspects, "err", pd.err)...)
