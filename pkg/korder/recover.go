@@ -515,22 +515,11 @@ func (p *Producer) recoverKgoTopic(topic string) {
 // complete would otherwise produce again into a partition that is still
 // failed, and see its head rejected as if it had failed again.
 func (p *Producer) recoverKgoPartitions(parts map[string][]int32) {
-	r, ok := any(p.cl).(refusingRecoverer)
-	if !ok {
-		p.cl.RecoverProducePartitions(parts)
-		return
-	}
 	wait := 20 * time.Microsecond
-	for r.RecoverProducePartitions(parts) != nil && p.cl.Context().Err() == nil {
+	for p.cl.RecoverProducePartitions(parts) != nil && p.cl.Context().Err() == nil {
 		p.sleep(wait)
 		wait = min(2*wait, time.Millisecond)
 	}
-}
-
-// refusingRecoverer is kgo.Client in kgo versions whose
-// RecoverProducePartitions reports the partitions it did not recover.
-type refusingRecoverer interface {
-	RecoverProducePartitions(map[string][]int32) error
 }
 
 // gate returns once u's topic is not failed as a whole, recovering the
