@@ -65,7 +65,7 @@ func BenchmarkIsolation(b *testing.B) {
 			for _, held := range helds {
 				b.Run("brokers="+strconv.Itoa(brokers)+"/fault="+fault+"/held="+held.name, func(b *testing.B) {
 					for range b.N {
-						isolationRun(b, brokers, fault, held.opts)
+						isolationRun(b, brokers, fault, true, held.opts)
 					}
 				})
 			}
@@ -78,7 +78,22 @@ const (
 	isolationWindow     = 2 * time.Second
 )
 
-func isolationRun(b *testing.B, brokers int, fault string, opts []korder.Opt) {
+// BenchmarkIsolationDefaultPartitioner is BenchmarkIsolation with kgo's
+// default partitioner: the records are keyed and carry no partition, so
+// each goes to the partition its key hashes to; keys are chosen so that the
+// 16 partitions get about as many records each. The fault is on partition
+// 0, led by broker 1 (brokers=2), with held=defaults.
+func BenchmarkIsolationDefaultPartitioner(b *testing.B) {
+	for _, fault := range []string{"hold", "invalid", "retryable"} {
+		b.Run("brokers=2/fault="+fault, func(b *testing.B) {
+			for range b.N {
+				isolationRun(b, 2, fault, false, nil)
+			}
+		})
+	}
+}
+
+func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt) {
 	b.StopTimer()
 	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(isolationPartitions, topic), kfake.BlackholeProduce())
 	if err != nil {
@@ -132,11 +147,11 @@ func isolationRun(b *testing.B, brokers int, fault string, opts []korder.Opt) {
 			return nil, nil, false
 		})
 	}
-	p, err := korder.NewProducer([]kgo.Opt{
-		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordRetries(2),
-	}, append([]korder.Opt{korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond))}, opts...)...)
+	kopts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordRetries(2)}
+	if manual {
+		kopts = append(kopts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	}
+	p, err := korder.NewProducer(kopts, append([]korder.Opt{korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond))}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,7 +177,11 @@ func isolationRun(b *testing.B, brokers int, fault string, opts []korder.Opt) {
 				keys[i] = []byte(strconv.Itoa(g) + "-" + strconv.Itoa(100000+i)) // 8 bytes
 			}
 			for i := 0; !stop.Load(); i++ {
-				p.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i % isolationPartitions), Key: keys[i%len(keys)], Value: value}, promise)
+				r := &kgo.Record{Topic: topic, Key: keys[i%len(keys)], Value: value}
+				if manual {
+					r.Partition = int32(i % isolationPartitions)
+				}
+				p.Produce(ctx, r, promise)
 			}
 		})
 	}
