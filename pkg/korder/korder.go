@@ -158,6 +158,7 @@ type pending struct {
 	err      error // the last error kgo failed the record with
 	attempts int   // produce attempts during recovery
 	size     int64 // the bytes it counts for while held (heldSize)
+	rejected bool  // learned holds: kgo rejected it, and it is held (see collectLocked)
 }
 
 // heldSize is what a held record counts for against MaxHeldBytes: its key,
@@ -259,6 +260,19 @@ type unit struct {
 	holdStart  time.Time
 
 	quarantined map[string]error // keys whose records go to the dead-letter topic
+
+	// Learned per-partition holds (see learned.go): the unit is a whole
+	// topic whose records all flow through it, and kgo holds a failed
+	// partition's records by rejecting them; recovering is then only the
+	// gate.
+	learn  bool
+	whole  bool                 // a failure not pinned on a partition: hold the topic until it is recovered
+	kick   bool                 // a hook asked for a recovery
+	resume bool                 // Resume asked to end the stops of partitions
+	lparts map[int32]*partState // partitions with records held or stopped
+	// rejBytes is what the rejected records held count for in
+	// t.heldBytes.
+	rejBytes int64
 }
 
 // cacheLine is the padding between a unit's counters: 64 bytes is the line
@@ -400,6 +414,8 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	ts := p.topicLocked(topic)
 	p.stats.Failures++
 	switch {
+	case ts.whole != nil && ts.whole.learn:
+		p.hookLearnedLocked(ts.whole, partition, err)
 	case ts.whole != nil:
 		p.logf(kgo.LogLevelWarn, "korder: produce failed, holding the topic until its records are recovered", "topic", topic, "partition", partition, "err", err)
 		p.beginRecoveryLocked(ts.whole)
@@ -450,6 +466,7 @@ func (p *Producer) topicLocked(topic string) *topicState {
 			ts.units = make(map[int32]*unit)
 		} else {
 			ts.whole = p.newUnitLocked(ts, -1)
+			ts.whole.learn = !p.cfg.topicHolds
 		}
 		p.topics[topic] = ts
 		fast := make(map[string]*topicState, len(p.topics))
@@ -529,7 +546,7 @@ func (p *Producer) beginRecoveryLocked(u *unit) {
 
 // updateSlowLocked sets whether Produce must take the locked path for u.
 func (p *Producer) updateSlowLocked(u *unit) {
-	u.slow.Store(u.recovering || u.running || u.stopped != nil || len(u.held) > 0 || len(u.quarantined) > 0 || p.closed)
+	u.slow.Store(u.recovering || (u.running && !u.learn) || u.stopped != nil || len(u.held) > 0 || len(u.quarantined) > 0 || p.closed)
 }
 
 // wakeLocked wakes everything waiting on the unit's state, and, while its
@@ -585,6 +602,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		if u != nil && !u.slow.Load() {
 			seq := u.in.Add(1)
 			if !u.slow.Load() {
+				if u.learn {
+					r.Partition = -1 // kgo sets it if it partitions the record
+				}
 				if c := u.claim(seq, ctx, promise); c != nil {
 					p.cl.Produce(ctx, r, c.done)
 				} else {
@@ -606,6 +626,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			return
 		}
 		u := p.unitLocked(r.Topic, r.Partition)
+		if u.learn {
+			r.Partition = -1 // kgo sets it if it partitions the record
+		}
 		if cause := u.stopped; cause != nil {
 			p.stats.Stopped++
 			p.mu.Unlock()
@@ -703,6 +726,10 @@ func (ts *topicState) fastPart(partition int32) *unit {
 // until nothing is in flight, returns after every promise.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
 	p.mu.Lock()
+	if err != nil && isProduceFailure(err) && !p.closed && u.learn {
+		p.collectLocked(u, pd, err) // unlocks
+		return
+	}
 	if err != nil && isProduceFailure(err) && !p.closed {
 		pd.err = err
 		u.failed = append(u.failed, pd)
@@ -744,7 +771,12 @@ func isProduceFailure(err error) bool {
 // maybeRecoverLocked starts the unit's recovery once it is recovering and
 // nothing it handed to kgo is still in flight.
 func (p *Producer) maybeRecoverLocked(u *unit) {
-	if !u.recovering || u.running || u.inflight() > 0 || p.closed {
+	start := u.recovering && u.inflight() == 0
+	if u.learn {
+		// A learned recovery drains the topic in its gate itself.
+		start = u.recovering || len(u.failed) > 0 || u.kick || u.resume
+	}
+	if !start || u.running || p.closed {
 		u.wakeLocked()
 		return
 	}
@@ -867,6 +899,12 @@ func (p *Producer) Resume(topic string) {
 		stopped []*unit
 		parts   []int32
 	)
+	resumed := false
+	if ts != nil && ts.whole != nil && ts.whole.stopped == nil {
+		// Learned holds: the recovery resumes the stopped partitions at
+		// its gate, once their rejected records have failed.
+		resumed = p.resumeLearnedLocked(ts.whole)
+	}
 	if ts != nil {
 		ts.eachUnit(func(u *unit) {
 			if u.stopped != nil {
@@ -879,6 +917,9 @@ func (p *Producer) Resume(topic string) {
 	}
 	p.mu.Unlock()
 	if len(stopped) == 0 {
+		if resumed {
+			p.logf(kgo.LogLevelInfo, "korder: resuming stopped partitions", "topic", topic)
+		}
 		return
 	}
 	// Recover kgo first, while the units are still stopped: a stopped
@@ -895,6 +936,9 @@ func (p *Producer) Resume(topic string) {
 			continue // a concurrent Resume
 		}
 		u.stopped = nil
+		for _, ps := range u.lparts {
+			ps.stopped = nil // recoverKgoTopic recovered them
+		}
 		p.updateSlowLocked(u)
 		u.wakeLocked()
 		if ts.topicFailed {

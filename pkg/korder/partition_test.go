@@ -226,10 +226,11 @@ func testMatrixTopicFailure(t *testing.T, pol matrixPolicy, closeDuringHold bool
 	}
 }
 
-// Holds are per partition only with ManualPartitioner, and not with
-// TopicHolds; a BasicConsistentPartitioner that does not pick the record's
-// Partition field gets per-topic holds although it shares
-// ManualPartitioner's type.
+// Holds are per partition with every partitioner, and per topic with
+// TopicHolds: with ManualPartitioner, korder holds the partition's records
+// itself; with any other partitioner, including a
+// BasicConsistentPartitioner that shares ManualPartitioner's type, it
+// learns them from kgo's rejections (learned_test.go).
 func TestPartitionHoldsDetection(t *testing.T) {
 	hashed := kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
 		return func(r *kgo.Record, n int) int { return len(r.Key) % n }
@@ -242,8 +243,9 @@ func TestPartitionHoldsDetection(t *testing.T) {
 	}{
 		{"manual", kgo.ManualPartitioner(), nil, true},
 		{"manual+TopicHolds", kgo.ManualPartitioner(), []korder.Opt{korder.TopicHolds()}, false},
-		{"basic-consistent", hashed, nil, false},
-		{"default", nil, nil, false},
+		{"basic-consistent", hashed, nil, true},
+		{"default", nil, nil, true},
+		{"default+TopicHolds", nil, []korder.Opt{korder.TopicHolds()}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)

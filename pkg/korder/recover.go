@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -37,6 +38,13 @@ type Stats struct {
 	// partition held records while recovering, for topics with
 	// per-partition holds. It is nil if no topic has them.
 	PartitionHoldTime map[string]map[int32]time.Duration
+
+	// TopicHoldTime is, per topic with per-partition holds learned from
+	// kgo (any partitioner but kgo.ManualPartitioner(); see the package
+	// documentation), the total time the whole topic held its new
+	// records: the gates of its partitions' recoveries, and failures not
+	// pinned on a partition. It is included in HoldTime.
+	TopicHoldTime map[string]time.Duration
 }
 
 // Stats returns a snapshot of the Producer's counters.
@@ -44,12 +52,13 @@ func (p *Producer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.stats
+	s.TopicHoldTime = maps.Clone(p.stats.TopicHoldTime)
 	s.HoldTime = make(map[string]time.Duration, len(p.topics))
 	for name, ts := range p.topics {
 		if d, ok := p.stats.HoldTime[name]; ok {
 			s.HoldTime[name] = d
 		}
-		if ts.whole == nil {
+		if ts.whole == nil || ts.whole.learn {
 			if s.PartitionHoldTime == nil {
 				s.PartitionHoldTime = make(map[string]map[int32]time.Duration)
 			}
@@ -62,11 +71,25 @@ func (p *Producer) Stats() Stats {
 		ts.eachUnit(func(u *unit) {
 			s.Held += int64(len(u.held))
 			s.Quarantined += int64(len(u.quarantined))
+			for part, ps := range u.lparts {
+				s.Held += int64(ps.held)
+				if !ps.since.IsZero() {
+					d := time.Since(ps.since)
+					s.HoldTime[name] += d
+					s.PartitionHoldTime[name][part] += d
+				}
+			}
 			if !u.recovering {
 				return
 			}
 			d := time.Since(u.holdStart)
 			s.HoldTime[name] += d
+			if u.learn {
+				if s.TopicHoldTime == nil {
+					s.TopicHoldTime = make(map[string]time.Duration)
+				}
+				s.TopicHoldTime[name] += d
+			}
 			if u.perPartition() {
 				s.PartitionHoldTime[name][u.partition] += d
 			}
@@ -79,11 +102,14 @@ func (p *Producer) Stats() Stats {
 // through the policies, in order, then releases the held records in order.
 // Only one runs per unit at a time (u.running).
 func (p *Producer) recover(u *unit) {
-	p.mu.Lock()
-	queue := u.failed
-	u.failed = nil
-	p.mu.Unlock()
-	slices.SortFunc(queue, func(a, b *pending) int { return cmpSeq(a.seq, b.seq) })
+	var queue []*pending
+	if !u.learn { // a learned recovery collects them in its gate
+		p.mu.Lock()
+		queue = u.failed
+		u.failed = nil
+		p.mu.Unlock()
+		slices.SortFunc(queue, func(a, b *pending) int { return cmpSeq(a.seq, b.seq) })
+	}
 
 	p.resolve(u, queue)
 
@@ -103,11 +129,33 @@ func (p *Producer) recover(u *unit) {
 		p.mu.Lock()
 		return
 	}
-	// Release the held records in order. Produce appends to held while
-	// we release, since the unit is still recovering; a release that
-	// fails adds to failed, and we stop and recover again, as we do if
-	// the whole topic fails meanwhile.
-	for len(u.held) > 0 && len(u.failed) == 0 && !u.t.topicFailed && !p.closed {
+	p.releaseLocked(u)
+	if p.closed {
+		held := u.held
+		u.t.unholdLocked(held)
+		u.held = nil
+		p.mu.Unlock()
+		for _, pd := range held {
+			pd.promise(pd.r, ErrClosed)
+		}
+		p.mu.Lock()
+	}
+	u.running = false
+	if (len(u.failed) == 0 || u.learn && !u.whole) && (!u.t.topicFailed || p.closed) {
+		p.endHoldLocked(u)
+	}
+	p.updateSlowLocked(u)
+	p.maybeRecoverLocked(u)
+}
+
+// releaseLocked hands the unit's held records to kgo, in order. Produce
+// appends to held while we release, since the unit is still recovering; a
+// release that fails adds to failed, and we stop and recover again, as we
+// do if the whole topic fails meanwhile (with learned holds, only a failure
+// not pinned on a partition stops it: kgo rejects a failed partition's
+// records, which the recovery collects).
+func (p *Producer) releaseLocked(u *unit) {
+	for len(u.held) > 0 && (len(u.failed) == 0 || u.learn) && !u.whole && !u.t.topicFailed && !p.closed {
 		pd := u.held[0]
 		u.held = u.held[1:]
 		u.t.unholdLocked([]*pending{pd})
@@ -135,22 +183,6 @@ func (p *Producer) recover(u *unit) {
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 		p.mu.Lock()
 	}
-	if p.closed {
-		held := u.held
-		u.t.unholdLocked(held)
-		u.held = nil
-		p.mu.Unlock()
-		for _, pd := range held {
-			pd.promise(pd.r, ErrClosed)
-		}
-		p.mu.Lock()
-	}
-	u.running = false
-	if len(u.failed) == 0 && (!u.t.topicFailed || p.closed) {
-		p.endHoldLocked(u)
-	}
-	p.updateSlowLocked(u)
-	p.maybeRecoverLocked(u)
 }
 
 func (p *Producer) endHoldLocked(u *unit) {
@@ -163,6 +195,12 @@ func (p *Producer) endHoldLocked(u *unit) {
 		p.stats.HoldTime = make(map[string]time.Duration)
 	}
 	p.stats.HoldTime[u.t.name] += d
+	if u.learn {
+		if p.stats.TopicHoldTime == nil {
+			p.stats.TopicHoldTime = make(map[string]time.Duration)
+		}
+		p.stats.TopicHoldTime[u.t.name] += d
+	}
 	if u.perPartition() {
 		if p.partHold == nil {
 			p.partHold = make(map[string]map[int32]time.Duration)
@@ -200,12 +238,23 @@ func cmpSeq(a, b uint64) int {
 // queue is produced whole again (and bisected again if another record of it
 // fails). One failing record among n costs about log2(n) rounds.
 func (p *Producer) resolve(u *unit, queue []*pending) {
-	span := 0         // while isolating, see above; 0 otherwise
-	isolated := false // Isolate has bisected in this recovery
-	produce := false  // the first decision is on the original errors
+	span := 0          // while isolating, see above; 0 otherwise
+	isolated := false  // Isolate has bisected in this recovery
+	produce := false   // the first decision is on the original errors
+	recovered := false // learned holds: kgo recovered since the gate closed
 	for {
-		p.recoverKgo(u)
+		if u.learn {
+			var closed bool
+			if queue, closed = p.gateLearned(u, queue); closed {
+				recovered = false
+			}
+		} else {
+			p.recoverKgo(u)
+		}
 		if len(queue) == 0 {
+			if u.learn {
+				p.recoverKgoLearned(u)
+			}
 			return
 		}
 		if p.isClosed() {
@@ -222,6 +271,9 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 		queue = p.settleCanceled(queue)
 		queue = p.divertQuarantined(u, queue)
 		if len(queue) == 0 {
+			if u.learn {
+				p.recoverKgoLearned(u)
+			}
 			return
 		}
 		// A head that has no failure of its own yet (it was only
@@ -253,7 +305,21 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			// long series of rounds; it waits its backoff anyway.
 			// With manual flushing, nothing is sent without a
 			// flush.
-			errs := p.produceRound(round, isolated || p.manualFlush)
+			var handed func()
+			if u.learn {
+				// The gate is closed: nothing of the topic is
+				// in kgo. Recover, hand the round to kgo, and
+				// open the gate if the round is the whole
+				// queue: new records of the failed partitions
+				// then follow it. A partial round (Isolate)
+				// keeps the gate closed.
+				p.recoverKgoLearned(u)
+				recovered = true
+				if len(round) == len(queue) {
+					handed = func() { p.openGate(u, round) }
+				}
+			}
+			errs := p.produceRound(u, round, isolated || p.manualFlush, handed)
 			kept := queue[:0]
 			failed := false
 			for i, pd := range queue {
@@ -293,6 +359,12 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			}
 		}
 		produce = true
+		if u.learn && !recovered {
+			// Decide with the failed partitions still failed in
+			// kgo, which rejects their records: the topic flows
+			// meanwhile.
+			p.openGate(u, nil)
+		}
 		if u.perPartition() && errors.Is(queue[0].err, kgo.ErrProducePartitionFailed) && p.kgoTopicFailed(u.t.name) {
 			// The head was only rejected, because the whole topic
 			// failed (in another partition): it has no failure of
@@ -354,6 +426,11 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 				// A policy failed because the Producer is
 				// closing: the loop's head fails the queue with
 				// ErrClosed rather than stopping the topic.
+				continue
+			}
+			if part := pd.r.Partition; u.learn && part >= 0 && !p.learnedWhole(u) {
+				queue = p.stopPartition(u, part, pd.err, queue)
+				span = 0
 				continue
 			}
 			p.stop(u, pd.err, queue)
@@ -441,16 +518,23 @@ func (p *Producer) settleCanceled(queue []*pending) []*pending {
 }
 
 // produceRound produces rs in order and waits for all of them; if flush,
-// without waiting for the linger (see flushUntil).
-func (p *Producer) produceRound(rs []*pending, flush bool) []error {
+// without waiting for the linger (see flushUntil). handed, if not nil, is
+// called once they are all handed to kgo.
+func (p *Producer) produceRound(u *unit, rs []*pending, flush bool, handed func()) []error {
 	errs := make([]error, len(rs))
 	var wg sync.WaitGroup
 	wg.Add(len(rs))
 	for i, pd := range rs {
+		if u.learn {
+			pd.r.Partition = -1 // kgo sets it if it partitions the record
+		}
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) {
 			errs[i] = err
 			wg.Done()
 		})
+	}
+	if handed != nil {
+		handed()
 	}
 	if flush {
 		p.flushUntil(wg.Wait)
