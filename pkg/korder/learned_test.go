@@ -197,4 +197,3 @@ func TestLearnedStopPartition(t *testing.T) {
 		t.Errorf("stats %+v: expected the record the stop failed and the one produced while stopped", s)
 	}
 }
-
