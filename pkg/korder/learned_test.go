@@ -45,9 +45,12 @@ func keyed(partition int32, key string, seq int) *kgo.Record {
 // With the default partitioner, a partition's failure holds only its own
 // records, which korder learns from kgo: while the recovery of a poison
 // record on partition 0 is held up (its produce request again is kept by
-// the broker), keyed records of partition 1 and unkeyed records are
-// written; partition 0's new records are written after its recovered ones.
-// The partitions have different leaders.
+// the broker), keyed records of partition 1 are written; partition 0's new
+// records are written after its recovered ones. The partitions have
+// different leaders. (Partition 0 is recovered in kgo while its round is
+// in flight, so unkeyed records may go to it, behind the round:
+// TestLearnedRetryDoesNotStopHealthyPartitions checks that they are routed
+// around it while it is failed.)
 func TestLearnedHoldsDoNotStopHealthyPartitions(t *testing.T) {
 	ctx := testCtx(t)
 	c := twoBrokerCluster(t)
@@ -76,15 +79,6 @@ func TestLearnedHoldsDoNotStopHealthyPartitions(t *testing.T) {
 		exp1 = append(exp1, string(r.Value))
 		if err := produceSync(ctx, p, r); err != nil {
 			t.Fatalf("partition 1 during partition 0's recovery: %v", err)
-		}
-	}
-	for i := range 5 {
-		r := &kgo.Record{Topic: topic, Value: []byte("u-" + strconv.Itoa(i))}
-		if err := produceSync(ctx, p, r); err != nil {
-			t.Fatalf("unkeyed record during partition 0's recovery: %v", err)
-		}
-		if r.Partition == 0 {
-			t.Errorf("unkeyed record %s written to partition 0 during its recovery", r.Value)
 		}
 	}
 	release()
