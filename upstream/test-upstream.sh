@@ -17,11 +17,13 @@
 #
 # Knobs: KGO_TEST_RECORDS (default 50000), KGO_RUN (go test -run for kgo,
 # default all), KFAKE_RUN, SUITES (default "kgo kfake"), TEST_TIMEOUT
-# (default 8m; the kgo suite takes about 2 minutes here).
+# (default 8m; the kgo suite takes about 2 minutes here), TREE (the franz-go
+# tree to test, a git repository; default upstream/franz-go, and
+# upstream-pr.sh points it at each stacked PR).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-tree="$root/upstream/franz-go"
+tree=${TREE:-$root/upstream/franz-go}
 baseline="$root/upstream/baseline-failures.txt"
 kfake_mod=github.com/twmb/franz-go/pkg/kfake
 kfake_ver=$(cd "$root" && GOWORK=off go list -m -f '{{.Version}}' "$kfake_mod")
@@ -32,7 +34,7 @@ kfake_ver=$(cd "$root" && GOWORK=off go list -m -f '{{.Version}}' "$kfake_mod")
 : "${SUITES:=kgo kfake}"
 : "${TEST_TIMEOUT:=8m}"
 
-[ -d "$tree/.git" ] || { echo "test-upstream: upstream/franz-go is not materialized; run: make patches-apply" >&2; exit 1; }
+[ -d "$tree/.git" ] || { echo "test-upstream: $tree is not materialized; run: make patches-apply" >&2; exit 1; }
 
 work=$(mktemp -d)
 server_pid=
