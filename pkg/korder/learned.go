@@ -215,6 +215,16 @@ func (p *Producer) recoverKgoLearned(u *unit) {
 	}
 }
 
+// endLearned ends a learned recovery that has nothing left to produce: the
+// gate is closed, and kgo is recovered, so that the topic has no failure
+// left that is not pinned on a partition.
+func (p *Producer) endLearned(u *unit) {
+	p.recoverKgoLearned(u)
+	p.mu.Lock()
+	u.whole = false
+	p.mu.Unlock()
+}
+
 // recountLocked recounts the records held by the unit's partitions: the
 // rejected records of held (and of the unit's collected records).
 func (p *Producer) recountLocked(u *unit, held []*pending) {

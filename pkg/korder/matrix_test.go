@@ -19,19 +19,24 @@ import (
 
 // The policy matrix: every scenario below runs under every policy set, with
 // per-partition holds (the Producer's default with the ManualPartitioner
-// that newProducer sets) and with per-topic holds (TopicHolds), and every
-// run is checked record by record against the guarantee (checkRun).
+// that newProducer sets), with per-partition holds learned from kgo (kgo's
+// default partitioner, keyed records) and with per-topic holds
+// (TopicHolds), and every run is checked record by record against the
+// guarantee (checkRun).
 
 type matrixMode struct {
 	name         string
 	opts         []korder.Opt
+	kopts        []kgo.Opt
 	perPartition bool
+	learned      bool // kgo's default partitioner: records are keyed to their partition
 }
 
 var (
 	partitionHolds = matrixMode{name: "partition", perPartition: true}
+	learnedHolds   = matrixMode{name: "learned", kopts: []kgo.Opt{defaultPartitioner()}, perPartition: true, learned: true}
 	topicHolds     = matrixMode{name: "topic", opts: []korder.Opt{korder.TopicHolds()}}
-	matrixModes    = []matrixMode{partitionHolds, topicHolds}
+	matrixModes    = []matrixMode{partitionHolds, learnedHolds, topicHolds}
 )
 
 type matrixPolicy struct {
@@ -82,6 +87,7 @@ type matrixRun struct {
 	ps *promises
 
 	perPartition bool // holds are per partition
+	learned      bool // kgo's default partitioner (see rec)
 
 	mu       sync.Mutex
 	produced [][]*kgo.Record // per goroutine
@@ -97,7 +103,7 @@ func newMatrixRun(t *testing.T, pol matrixPolicy, goroutines int, kopts []kgo.Op
 }
 
 func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines int, kopts []kgo.Opt, opts ...korder.Opt) *matrixRun {
-	m := &matrixRun{t: t, c: c, ps: newPromises(), produced: make([][]*kgo.Record, goroutines), failedOnce: make(chan struct{}), perPartition: pol.mode.perPartition}
+	m := &matrixRun{t: t, c: c, ps: newPromises(), produced: make([][]*kgo.Record, goroutines), failedOnce: make(chan struct{}), perPartition: pol.mode.perPartition, learned: pol.mode.learned}
 	var once sync.Once
 	hook := userHook(func() {
 		once.Do(func() {
@@ -109,7 +115,7 @@ func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines
 	})
 	// A retryable error makes kgo refresh metadata before retrying, at
 	// most once per MetadataMinAge (5s by default).
-	kopts = append([]kgo.Opt{kgo.RecordRetries(1), kgo.MetadataMinAge(10 * time.Millisecond), kgo.WithHooks(hook)}, kopts...)
+	kopts = append(append([]kgo.Opt{kgo.RecordRetries(1), kgo.MetadataMinAge(10 * time.Millisecond), kgo.WithHooks(hook)}, pol.mode.kopts...), kopts...)
 	opts = append(append([]korder.Opt{korder.WithPolicies(pol.policies...)}, pol.mode.opts...), opts...)
 	m.p = newProducer(t, m.c, kopts, opts...)
 	return m
@@ -121,13 +127,33 @@ type userHook func()
 
 func (h userHook) OnProducePartitionFailed(string, int32, error) { h() }
 
+// rec is goroutine g's record i, for partition i%matrixPartitions. With
+// the default partitioner (learned), its key is one that hashes to that
+// partition, and its Partition field is only a note (kgo overwrites it).
 func (m *matrixRun) rec(g, i int) *kgo.Record {
+	part := int32(i % matrixPartitions)
+	key := "g" + strconv.Itoa(g) + "k" + strconv.Itoa(i%4)
+	if m.learned {
+		key = matrixKey(key, part)
+	}
 	return &kgo.Record{
 		Topic:     topic,
-		Partition: int32(i % matrixPartitions),
-		Key:       []byte("g" + strconv.Itoa(g) + "k" + strconv.Itoa(i%4)),
+		Partition: part,
+		Key:       []byte(key),
 		Value:     []byte("g" + strconv.Itoa(g) + "-" + strconv.Itoa(i)),
 	}
+}
+
+var matrixKeys sync.Map // "key/partition" -> key for the default partitioner
+
+func matrixKey(key string, part int32) string {
+	id := key + "/" + strconv.Itoa(int(part))
+	if k, ok := matrixKeys.Load(id); ok {
+		return k.(string)
+	}
+	k := keyFor(key, part, matrixPartitions)
+	matrixKeys.Store(id, k)
+	return k
 }
 
 // produce produces r as goroutine g's next record.

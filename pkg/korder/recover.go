@@ -253,7 +253,7 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 		}
 		if len(queue) == 0 {
 			if u.learn {
-				p.recoverKgoLearned(u)
+				p.endLearned(u)
 			}
 			return
 		}
@@ -272,7 +272,7 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 		queue = p.divertQuarantined(u, queue)
 		if len(queue) == 0 {
 			if u.learn {
-				p.recoverKgoLearned(u)
+				p.endLearned(u)
 			}
 			return
 		}
