@@ -222,5 +222,10 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 	b.ReportMetric(faulted/base, "healthy-ratio")
 	b.ReportMetric(base, "healthy-records/s")
 	b.ReportMetric(float64(s.HoldTime[topic])/float64(time.Second), "hold-s")
+	if !manual {
+		// The time the whole topic held: the gates (see korder's
+		// learned holds).
+		b.ReportMetric(float64(s.TopicHoldTime[topic])/float64(time.Second), "topic-hold-s")
+	}
 	b.ReportMetric(float64(failed.Load()), "failed-records")
 }
