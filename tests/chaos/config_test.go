@@ -222,10 +222,17 @@ func fuzzConfig(data []byte) (runConfig, chooser) {
 	return rc, &byteChooser{b: data[n:]}
 }
 
-func partitionFor(key string, partitions int) int32 {
+// partitionFor is the partition of a record with key. korder runs with
+// kgo's default partitioner (its per-partition holds then learned from
+// kgo's rejections), which puts a keyed record where its key's murmur2 hash
+// says; the other sides use ManualPartitioner with an FNV hash of the key.
+func (rc runConfig) partitionFor(key string) int32 {
+	if rc.mode == modeKorder {
+		return int32(kgo.StickyKeyPartitioner(nil).ForTopic(chaosTopic).Partition(&kgo.Record{Key: []byte(key)}, rc.partitions))
+	}
 	h := fnv.New32a()
 	h.Write([]byte(key))
-	return int32(h.Sum32() % uint32(partitions))
+	return int32(h.Sum32() % uint32(rc.partitions))
 }
 
 // jumboPad is the size of the header that makes a jumbo record too large
@@ -238,13 +245,16 @@ const (
 // clientOpts are the producer's options for rc (without the fail-stop ones).
 func (rc runConfig) clientOpts() []kgo.Opt {
 	opts := []kgo.Opt{
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerBatchCompression(codecs[rc.codec].c),
 		kgo.ProducerLinger(rc.linger),
 		kgo.ProducerBatchMaxBytes(batchMax),
 		kgo.RecordRetries(rc.retries),
 		kgo.MetadataMinAge(10 * time.Millisecond),
 		kgo.RetryBackoffFn(func(int) time.Duration { return 5 * time.Millisecond }),
+	}
+	if rc.mode != modeKorder {
+		// korder: kgo's default partitioner (see partitionFor).
+		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	}
 	if !rc.idempotent() {
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(1))

@@ -541,7 +541,7 @@ func (r *run) produceLoop(p int, quit chan struct{}) {
 			rr := &rec{prod: p, key: k, keySeq: keySeq[k], cancelOK: rc.cancelPct > 0 && rng.intn(100) < rc.cancelPct}
 			rr.jumbo = r.jumboNext.CompareAndSwap(true, false)
 			keySeq[k]++
-			rr.part = partitionFor(rr.keyName(), rc.partitions)
+			rr.part = rc.partitionFor(rr.keyName())
 			rr.partSeq = partSeq[rr.part]
 			partSeq[rr.part]++
 			r.submit(rr)
