@@ -11,8 +11,8 @@
 // collecting the failed and rejected records in order, recovering, producing
 // them again, and resuming. A Producer does all of that:
 //
-//   - When a topic (or, see below, a partition) has a failure, new Produce
-//     calls for it are held, in order, while the rest keeps flowing.
+//   - When a partition (or, see below, a whole topic) has a failure, the
+//     new records for it are held, in order, while the rest keeps flowing.
 //   - Once every record already handed to kgo for it has finished, the
 //     failed and rejected records are run through the policies, in the
 //     order they were produced: Retry, Isolate, DeadLetter, Drop or Stop.
@@ -26,27 +26,60 @@
 //
 // # Per-topic and per-partition holds
 //
-// Holds are per topic unless the Producer knows which partition every record
-// goes to: kgo picks a record's partition inside Produce, with a pluggable
-// partitioner, so in general a held record's partition is unknown, and a
-// failure on one partition briefly holds the whole topic.
+// Holds are per partition (unless TopicHolds is given), with any
+// partitioner: a failure of partition P holds, and under Stop stops, only
+// the records that go to P; the topic's other partitions keep flowing
+// during P's whole recovery.
 //
-// Holds are per partition when the client's partitioner is
-// kgo.ManualPartitioner(), which puts every record in its Partition field
-// (kgo.RecordPartitioner(kgo.ManualPartitioner())), and TopicHolds is not
-// given. The unit of holding and recovery is then a topic's partition: a
-// failure of partition P holds only records produced to P, and the other
-// partitions of the topic keep flowing. A failure kgo cannot pin on a
-// partition (it reports it for the whole topic: for example a record larger
-// than MaxBufferedBytes before the topic's metadata is loaded, or an unknown
-// topic) holds every partition of the topic, including partitions not
-// produced to yet, until each has finished what it had in flight; then the
-// topic is recovered and each partition recovers on its own. Quarantine,
-// Stop and MaxHeld then apply per partition too: a key is quarantined in the
-// partition whose record was diverted, Stop stops only the failed partition
-// (Resume resumes every stopped partition of the topic), and each partition
-// holds up to MaxHeld records, if that is set; MaxHeldBytes bounds the
-// bytes the topic's partitions hold together.
+// With kgo.ManualPartitioner(), which puts every record in its Partition
+// field (kgo.RecordPartitioner(kgo.ManualPartitioner())), the Producer
+// knows a record's partition before kgo does, and holds P's records itself.
+//
+// With any other partitioner, including kgo's default, kgo picks the
+// partition inside Produce, so the Producer learns P's records from kgo: a
+// failed partition rejects every later record to it, in produce order,
+// with kgo.ErrProducePartitionFailed and the record's Partition set, and
+// kgo routes unkeyed records around it (they are not held because of P).
+// The Producer collects P's failed and rejected records and settles them
+// through the policies while the topic keeps flowing. The topic as a whole
+// is held only at a short gate before each time the recovery produces P's
+// records again: no record of the topic reaches kgo from when the gate
+// closes, the Producer waits until every record of the topic it handed to
+// kgo has finished (so that every record of P produced before, failed or
+// rejected, has been collected, and none is on its way to P), recovers P in
+// kgo, hands P's records to kgo in order, and opens the gate: records
+// produced meanwhile to any partition were held and follow, in order. The
+// gate lasts as long as kgo takes to finish what it had of the topic when
+// it closed (about one produce round trip, plus the linger and what was
+// buffered ahead); Stats.TopicHoldTime adds it up. While Isolate bisects,
+// the gate stays closed (its rounds produce part of P's records with P
+// recovered). Records kgo rejects for P are what P holds (MaxHeld), and
+// count against MaxHeldBytes. Since the records of a partition whose round
+// is in flight wait in kgo's buffer behind the round, a round that takes
+// long (P's broker is slow, or keeps a request) can fill kgo's
+// MaxBufferedRecords, which blocks Produce for every partition, as it
+// would without korder.
+//
+// Either way, a failure kgo cannot pin on a partition (it reports it for
+// the whole topic, partition -1: for example a record larger than
+// MaxBufferedBytes before the topic's metadata is loaded, an unkeyed record
+// that does so after, or an unknown topic) holds every partition of the
+// topic until the topic is recovered. Quarantine, Stop and MaxHeld apply
+// per partition too: a key is quarantined in the partition whose record
+// was diverted (with a partitioner that hashes keys, a key's records all go
+// to one partition anyway), Stop stops only the failed partition (kgo keeps
+// it failed, and its later records fail with ErrStopped; Resume resumes
+// every stopped partition of the topic), and each partition holds up to
+// MaxHeld records, if that is set; MaxHeldBytes bounds the bytes the
+// topic's partitions hold together.
+//
+// The Producer recognizes kgo.ManualPartitioner() by its type (that of every
+// kgo.BasicConsistentPartitioner) and, for each topic, by asking it to
+// partition a few probe records with different keys and Partition fields:
+// only a partitioner that picks the Partition field every time is held by
+// the Producer itself; any other one, including a
+// BasicConsistentPartitioner that hashes keys, has its holds learned from
+// kgo.
 //
 // # Contexts
 //
@@ -57,13 +90,6 @@
 // batch whose first record's context is done) are produced again in order.
 // A held record whose context ends while it is held is settled when the
 // hold ends, without reaching kgo.
-//
-// The Producer recognizes kgo.ManualPartitioner() by its type (that of every
-// kgo.BasicConsistentPartitioner) and, for each topic, by asking it to
-// partition a few probe records with different keys and Partition fields:
-// only a partitioner that picks the Partition field every time gets
-// per-partition holds. Any other partitioner, including a
-// BasicConsistentPartitioner that hashes keys, gets per-topic holds.
 //
 // # Cost
 //

@@ -194,6 +194,13 @@ func WithPolicies(policies ...Policy) Opt {
 // default: MaxHeldBytes bounds what a topic holds. When a held queue is
 // full, Produce blocks until there is room or its context is done, or,
 // with RejectWhenHeldFull, fails the record at once with ErrHeldFull.
+//
+// With per-partition holds learned from kgo (any partitioner but
+// kgo.ManualPartitioner()), a partition's held records are the ones kgo
+// rejected for it: one that finds the partition full fails with
+// ErrHeldFull with RejectWhenHeldFull; without it, it is held all the
+// same, and the whole topic holds its new records (so that Produce
+// blocks) until the partition's records are handed back to kgo.
 func MaxHeld(n int) Opt {
 	return func(c *config) {
 		c.maxHeld = n
@@ -238,10 +245,10 @@ func RejectWhenHeldFull() Opt {
 	return func(c *config) { c.rejectWhenFull = true }
 }
 
-// TopicHolds makes holds per topic even when the client's partitioner is
-// kgo.ManualPartitioner(), which otherwise makes them per partition (see
-// the package documentation): a failure on one partition holds the whole
-// topic, quarantines apply to the whole topic, and Stop stops it.
+// TopicHolds makes holds per topic, whatever the client's partitioner
+// (they are otherwise per partition, see the package documentation): a
+// failure on one partition holds the whole topic for its whole recovery,
+// quarantines apply to the whole topic, and Stop stops it.
 func TopicHolds() Opt {
 	return func(c *config) { c.topicHolds = true }
 }
