@@ -299,6 +299,9 @@ type unit struct {
 	// rejBytes is what the rejected records held count for in
 	// t.heldBytes.
 	rejBytes int64
+	// releasing: the held records are being handed to kgo; Produce waits
+	// until they are (releaseBatchesLocked).
+	releasing bool
 }
 
 // cacheLine is the padding between a unit's counters: 64 bytes is the line
@@ -660,6 +663,20 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			p.mu.Unlock()
 			promise(r, fmt.Errorf("%w: %w", ErrStopped, cause))
 			return
+		}
+		if u.releasing {
+			// The held records are being handed to kgo: wait,
+			// then go after them.
+			space := u.space
+			p.mu.Unlock()
+			select {
+			case <-space:
+			case <-ctx.Done():
+				promise(r, ctx.Err())
+				return
+			}
+			p.mu.Lock()
+			continue
 		}
 		if cause := u.quarantineCause(r.Key); cause != nil && !u.recovering && len(u.held) == 0 {
 			pd.seq = u.in.Add(1) // counted in: handed to kgo, for the dead-letter topic

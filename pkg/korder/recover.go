@@ -155,7 +155,11 @@ func (p *Producer) recover(u *unit) {
 // not pinned on a partition stops it: kgo rejects a failed partition's
 // records, which the recovery collects).
 func (p *Producer) releaseLocked(u *unit) {
-	for len(u.held) > 0 && (len(u.failed) == 0 || u.learn) && !u.whole && !u.t.topicFailed && !p.closed {
+	if u.learn {
+		p.releaseBatchesLocked(u)
+		return
+	}
+	for len(u.held) > 0 && len(u.failed) == 0 && !u.t.topicFailed && !p.closed {
 		pd := u.held[0]
 		u.held = u.held[1:]
 		u.t.unholdLocked([]*pending{pd})
@@ -181,6 +185,52 @@ func (p *Producer) releaseLocked(u *unit) {
 		u.in.Add(1) // counted in: handed to kgo
 		p.mu.Unlock()
 		p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
+		p.mu.Lock()
+	}
+}
+
+// releaseBatchesLocked is releaseLocked for learned holds, where the gate
+// holds every partition of the topic at full speed: it hands the held
+// records to kgo as one batch, while Produce waits, so that the release
+// is bounded by what was held when it began. A record
+// that fails meanwhile, or whose topic fails as a whole, is rejected or
+// failed by kgo and collected, in produce order, as any other.
+func (p *Producer) releaseBatchesLocked(u *unit) {
+	// While it releases, Produce waits (u.releasing) rather than hold
+	// more, so that the release ends: the producers would otherwise add to
+	// held as fast as it is released.
+	u.releasing = true
+	defer func() {
+		u.releasing = false
+		u.wakeLocked()
+	}()
+	for len(u.held) > 0 && !u.whole && !p.closed {
+		batch := u.held
+		u.held = nil
+		u.t.unholdLocked(batch)
+		u.wakeLocked()
+		causes := make([]error, len(batch))
+		for i, pd := range batch {
+			causes[i] = u.quarantineCause(pd.r.Key)
+		}
+		p.mu.Unlock()
+		for i, pd := range batch {
+			if err := canceled(pd); err != nil {
+				// Its context ended while it was held: kgo would
+				// fail it and its partition with it.
+				p.count(func(s *Stats) { s.Canceled++ })
+				pd.promise(pd.r, err)
+				continue
+			}
+			u.in.Add(1) // counted in: handed to kgo
+			if causes[i] != nil {
+				// Held while the quarantine began: divert it as
+				// Produce would have.
+				p.deadLetterQuarantined(pd, causes[i], u.countOut)
+				continue
+			}
+			p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
+		}
 		p.mu.Lock()
 	}
 }
