@@ -610,7 +610,10 @@ func (ts *topicState) wakeLocked() {
 // As with kgo, a promise must not block. A record counts as in flight
 // until its promise returns, and a recovery waits for the records in
 // flight: a Produce from a promise that blocks on a full held queue waits
-// for itself, so produce from a promise in a goroutine of its own.
+// for itself, so produce from a promise in a goroutine of its own. With
+// holds learned from kgo (see the package documentation), Produce also
+// waits, briefly, while the records held at a gate are handed to kgo, which
+// may wait for room in kgo's buffer, which kgo frees as promises return.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if ctx == nil {
 		ctx = context.Background()
