@@ -227,29 +227,12 @@ func TestBeforeMetadataRecordsWritten(t *testing.T) {
 // arrives.
 func holdMetadata(t *testing.T, c *kfake.Cluster) (held <-chan struct{}, release func()) {
 	t.Helper()
-	heldc, releasec := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	release = func() { once.Do(func() { close(releasec) }) }
-	t.Cleanup(release)
-	first := true
-	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		if !first {
-			c.DropControl()
-			return nil, nil, false
+	return holdFirst(t, c, kmsg.Metadata, func(req kmsg.Request) bool {
+		for _, rt := range req.(*kmsg.MetadataRequest).Topics {
+			if rt.Topic != nil && *rt.Topic == topic {
+				return true
+			}
 		}
-		m := req.(*kmsg.MetadataRequest)
-		asks := false
-		for _, rt := range m.Topics {
-			asks = asks || rt.Topic != nil && *rt.Topic == topic
-		}
-		if !asks {
-			c.KeepControl()
-			return nil, nil, false
-		}
-		first = false // control functions run serially
-		close(heldc)
-		c.SleepControl(func() { <-releasec })
-		return nil, nil, false // then answer normally
+		return false
 	})
-	return heldc, release
 }

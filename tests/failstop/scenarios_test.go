@@ -763,14 +763,26 @@ func checkHookOnce(t *testing.T, h *failHook) {
 // closed once the request is held. Later requests are answered normally.
 func holdFirstProduce(t *testing.T, c *kfake.Cluster) (held <-chan struct{}, release func()) {
 	t.Helper()
+	return holdFirst(t, c, kmsg.Produce, func(kmsg.Request) bool { return true })
+}
+
+// holdFirst holds the first request of key that match accepts until the
+// returned release is called (at the latest, at cleanup); held is closed
+// once the request is held. Other requests are answered normally.
+func holdFirst(t *testing.T, c *kfake.Cluster, key kmsg.Key, match func(kmsg.Request) bool) (held <-chan struct{}, release func()) {
+	t.Helper()
 	heldc, releasec := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(releasec) }) }
 	t.Cleanup(release)
 	first := true
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.ControlKey(int16(key), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		if !first {
 			c.DropControl()
+			return nil, nil, false
+		}
+		if !match(req) {
+			c.KeepControl()
 			return nil, nil, false
 		}
 		first = false // control functions run serially
