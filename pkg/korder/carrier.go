@@ -31,6 +31,7 @@ type carrier struct {
 	u       *unit
 	ctx     context.Context
 	promise func(*kgo.Record, error)
+	sp      *slowPart                // pinned: see throttle.go
 	done    func(*kgo.Record, error) // c.finish, bound once
 }
 
@@ -70,11 +71,11 @@ func newCarrierRing(u *unit, size int) *carrierRing {
 
 // claim returns a free carrier for the record numbered seq, set up with
 // ctx and promise, or nil if there is none: the caller then allocates.
-func (u *unit) claim(seq uint64, ctx context.Context, promise func(*kgo.Record, error)) *carrier {
+func (u *unit) claim(seq uint64, ctx context.Context, promise func(*kgo.Record, error), sp *slowPart) *carrier {
 	if r := u.carriers.Load(); r != nil {
 		c := &r.slots[seq&r.mask]
 		if !c.busy.Load() && c.busy.CompareAndSwap(false, true) {
-			c.seq, c.ctx, c.promise = seq, ctx, promise
+			c.seq, c.ctx, c.promise, c.sp = seq, ctx, promise, sp
 			return c
 		}
 	}
@@ -118,15 +119,19 @@ func (u *unit) missed() {
 // finish is a carrier's kgo promise. It frees the carrier before calling
 // anything, so that the carrier may be reused at once.
 func (c *carrier) finish(r *kgo.Record, err error) {
-	u, seq, ctx, promise := c.u, c.seq, c.ctx, c.promise
-	c.ctx, c.promise = nil, nil
+	u, seq, ctx, promise, sp := c.u, c.seq, c.ctx, c.promise, c.sp
+	c.ctx, c.promise, c.sp = nil, nil, nil
 	c.busy.Store(false)
-	u.finishFast(r, err, seq, ctx, promise)
+	u.finishFast(r, err, seq, ctx, promise, sp)
 }
 
 // finishFast is the kgo promise of a record handed to kgo on the
 // lock-free path, whether a carrier or a closure brought it.
-func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Context, promise func(*kgo.Record, error)) {
+func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Context, promise func(*kgo.Record, error), sp *slowPart) {
+	unpin(r)
+	if sp != nil {
+		u.p.slowOut(u, sp)
+	}
 	if err == nil || !isProduceFailure(err) {
 		if err != nil {
 			err = closedErr(err)

@@ -152,10 +152,12 @@ var (
 type Producer struct {
 	cl           *kgo.Client
 	cfg          config
-	defaultTopic string // kgo.DefaultProduceTopic, read once
-	maxCarriers  int    // the largest carrier ring of a unit (see carrier)
-	lingers      bool   // the client lingers or flushes manually (see flushUntil)
-	manualFlush  bool   // the client flushes manually: every recovery round flushes
+	defaultTopic string          // kgo.DefaultProduceTopic, read once
+	maxCarriers  int             // the largest carrier ring of a unit (see carrier)
+	pin          *pinPartitioner // the client's partitioner, if it is the Producer's (see pin.go); nil with TopicHolds
+	partCap      uint64          // the most records of a pinned partition in kgo (see throttle.go)
+	lingers      bool            // the client lingers or flushes manually (see flushUntil)
+	manualFlush  bool            // the client flushes manually: every recovery round flushes
 
 	// probe is the client's partitioner if it has the type of
 	// kgo.ManualPartitioner() and TopicHolds was not given, else nil: it
@@ -181,10 +183,11 @@ type pending struct {
 	ctx      context.Context
 	r        *kgo.Record
 	promise  func(*kgo.Record, error)
-	err      error // the last error kgo failed the record with
-	attempts int   // produce attempts during recovery
-	size     int64 // the bytes it counts for while held (heldSize)
-	rejected bool  // learned holds: kgo rejected it, and it is held (see collectLocked)
+	err      error     // the last error kgo failed the record with
+	attempts int       // produce attempts during recovery
+	size     int64     // the bytes it counts for while held (heldSize)
+	rejected bool      // learned holds: kgo rejected it, and it is held (see collectLocked)
+	sp       *slowPart // pinned: the partition it is counted in, or held by (see throttle.go)
 }
 
 // heldSize is what a held record counts for against MaxHeldBytes: its key,
@@ -220,8 +223,9 @@ type topicState struct {
 	healing     bool
 	space       chan struct{} // closed when a unit may have become quiescent, or the topic recovered, or held bytes were freed while heldWaiters > 0
 
-	heldBytes   int64 // bytes held by the topic's units (MaxHeldBytes)
-	heldWaiters int   // Produce calls waiting for heldBytes to shrink
+	heldBytes   int64     // bytes held by the topic's units (MaxHeldBytes)
+	pin         *pinState // learned holds with pinned partitions (see throttle.go); else nil
+	heldWaiters int       // Produce calls waiting for heldBytes to shrink
 }
 
 // unholdLocked accounts for records leaving the held queue of one of the
@@ -378,7 +382,11 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	if err := p.cfg.validate(); err != nil {
 		return nil, err
 	}
-	all := append(slices.Clip(kopts), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
+	// The Producer's partitioner goes first, so that one given in kopts
+	// replaces it (see pin.go).
+	pin := newPinPartitioner()
+	all := append([]kgo.Opt{kgo.RecordPartitioner(pin)}, kopts...)
+	all = append(all, kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, err
@@ -391,6 +399,10 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.manualFlush = manual
 	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	p.maxCarriers = maxCarriersFor(maxBuffered)
+	p.partCap = uint64(max(3*maxBuffered/4, 1))
+	if got, _ := cl.OptValue(kgo.RecordPartitioner).(*pinPartitioner); got == pin && !p.cfg.topicHolds {
+		p.pin = pin
+	}
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 	if !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner()) {
 		p.probe = part
@@ -496,6 +508,9 @@ func (p *Producer) topicLocked(topic string) *topicState {
 		} else {
 			ts.whole = p.newUnitLocked(ts, -1)
 			ts.whole.learn = !p.cfg.topicHolds
+			if ts.whole.learn && p.pin != nil {
+				ts.pin = &pinState{n: p.pin.count(topic)}
+			}
 		}
 		p.topics[topic] = ts
 		fast := make(map[string]*topicState, len(p.topics))
@@ -631,16 +646,27 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		if u == nil {
 			u = ts.fastPart(r.Partition)
 		}
-		if u != nil && !u.slow.Load() {
+		var (
+			sp     *slowPart
+			locked bool
+		)
+		if u != nil && ts.pin != nil {
+			sp, locked = p.fastSlowPart(ts.pin, r)
+		}
+		if u != nil && !locked && !u.slow.Load() {
 			seq := u.in.Add(1)
 			if !u.slow.Load() {
 				if u.learn {
 					r.Partition = -1 // kgo sets it if it partitions the record
 				}
-				if c := u.claim(seq, ctx, promise); c != nil {
+				if sp != nil {
+					sp.in.Add(1)
+					r.Partition = pinnedPartition(sp.part)
+				}
+				if c := u.claim(seq, ctx, promise, sp); c != nil {
 					p.cl.Produce(ctx, r, c.done)
 				} else {
-					p.cl.Produce(ctx, r, func(r *kgo.Record, err error) { u.finishFast(r, err, seq, ctx, promise) })
+					p.cl.Produce(ctx, r, func(r *kgo.Record, err error) { u.finishFast(r, err, seq, ctx, promise, sp) })
 				}
 				return
 			}
@@ -686,6 +712,25 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			p.mu.Unlock()
 			p.deadLetterQuarantined(pd, cause, u.countOut)
 			return
+		}
+		if !u.recovering && len(u.held) == 0 && u.t.pin != nil {
+			act, wait, until := p.routeLocked(u, pd, true)
+			switch act {
+			case pinQueued:
+				p.mu.Unlock()
+				return
+			case pinWait, pinFull:
+				if act == pinFull && p.cfg.rejectWhenFull {
+					p.stats.HeldFull++
+					p.mu.Unlock()
+					promise(r, ErrHeldFull)
+					return
+				}
+				if !p.waitPinLocked(u, pd, wait, until) {
+					return
+				}
+				continue
+			}
 		}
 		if !u.recovering && len(u.held) == 0 {
 			pd.seq = u.in.Add(1) // counted in: handed to kgo
@@ -771,7 +816,16 @@ func (ts *topicState) fastPart(partition int32) *unit {
 // once it is among the unit's failed records), so that Close, which waits
 // until nothing is in flight, returns after every promise.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
+	unpin(pd.r)
+	sp := pd.sp
+	pd.sp = nil
+	if sp != nil {
+		sp.out.Add(1)
+	}
 	p.mu.Lock()
+	if sp != nil && sp.slow.Load() {
+		p.serviceLocked(u, sp)
+	}
 	if err != nil && isProduceFailure(err) && !p.closed && u.learn {
 		p.collectLocked(u, pd, err) // unlocks
 		return
@@ -840,6 +894,13 @@ func (p *Producer) busyLocked() chan struct{} {
 			wait = u.space
 		}
 	})
+	for _, ts := range p.topics {
+		ts.eachSlowPart(func(sp *slowPart) {
+			if wait == nil && (len(sp.queue) > 0 || sp.releasing) {
+				wait = sp.space
+			}
+		})
+	}
 	return wait
 }
 
@@ -895,6 +956,12 @@ func (p *Producer) Close() {
 			u.held = nil
 			p.updateSlowLocked(u)
 			u.wakeLocked()
+		})
+		ts.eachSlowPart(func(sp *slowPart) {
+			held = append(held, sp.queue...)
+			ts.unholdLocked(sp.queue)
+			sp.queue = nil
+			sp.wakeLocked()
 		})
 		ts.wakeLocked() // recoveries waiting in gate end
 	}

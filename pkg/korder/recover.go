@@ -68,6 +68,7 @@ func (p *Producer) Stats() Stats {
 			}
 		}
 		s.HeldBytes += ts.heldBytes
+		ts.eachSlowPart(func(sp *slowPart) { s.Held += int64(len(sp.queue)) })
 		ts.eachUnit(func(u *unit) {
 			s.Held += int64(len(u.held))
 			s.Quarantined += int64(len(u.quarantined))
@@ -210,14 +211,28 @@ func (p *Producer) releaseBatchesLocked(u *unit) {
 		u.t.unholdLocked(batch)
 		u.wakeLocked()
 		causes := make([]error, len(batch))
+		queued := make([]bool, len(batch))
 		for i, pd := range batch {
 			causes[i] = u.quarantineCause(pd.r.Key)
+			if causes[i] == nil && u.t.pin != nil {
+				// Behind the held records of its partition, if it
+				// has some (see throttle.go).
+				act, _, _ := p.routeLocked(u, pd, false)
+				queued[i] = act == pinQueued
+			}
 		}
 		p.mu.Unlock()
 		for i, pd := range batch {
+			if queued[i] {
+				continue
+			}
 			if err := canceled(pd); err != nil {
 				// Its context ended while it was held: kgo would
 				// fail it and its partition with it.
+				if sp := pd.sp; sp != nil {
+					pd.sp = nil
+					p.slowOut(u, sp)
+				}
 				p.count(func(s *Stats) { s.Canceled++ })
 				pd.promise(pd.r, err)
 				continue
@@ -246,6 +261,7 @@ func (p *Producer) endHoldLocked(u *unit) {
 	}
 	p.stats.HoldTime[u.t.name] += d
 	if u.learn {
+		p.kickAllLocked(u) // the gate is open: the stalled partitions' held records may go
 		if p.stats.TopicHoldTime == nil {
 			p.stats.TopicHoldTime = make(map[string]time.Duration)
 		}
