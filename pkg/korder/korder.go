@@ -400,8 +400,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	p.maxCarriers = maxCarriersFor(maxBuffered)
 	p.partCap = uint64(max(3*maxBuffered/4, 1))
-	if got, _ := cl.OptValue(kgo.RecordPartitioner).(*pinPartitioner); got == pin && !p.cfg.topicHolds {
-		p.pin = pin
+	if got, _ := cl.OptValue(kgo.RecordPartitioner).(*pinPartitioner); got != nil && !p.cfg.topicHolds {
+		p.pin = got
 	}
 	part, _ := cl.OptValue(kgo.RecordPartitioner).(kgo.Partitioner)
 	if !p.cfg.topicHolds && part != nil && reflect.TypeOf(part) == reflect.TypeOf(kgo.ManualPartitioner()) {

@@ -13,9 +13,15 @@ import (
 	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
 )
 
-// defaultPartitioner is kgo's default partitioner, which newProducer's
-// ManualPartitioner would otherwise replace.
-func defaultPartitioner() kgo.Opt {
+// defaultPartitioner is the partitioner a Producer's client has when its
+// options give none (kgo's default, wrapped so that the Producer can pin
+// keyed records), which newProducer's ManualPartitioner would otherwise
+// replace.
+func defaultPartitioner() kgo.Opt { return korder.PinningPartitioner() }
+
+// kgoDefaultPartitioner is kgo's default partitioner given explicitly: the
+// Producer cannot pin records with it (see the package documentation).
+func kgoDefaultPartitioner() kgo.Opt {
 	return kgo.RecordPartitioner(kgo.UniformBytesPartitioner(64<<10, true, true, nil))
 }
 

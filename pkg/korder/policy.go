@@ -135,8 +135,12 @@ type config struct {
 	maxHeldBytes     int64
 	rejectWhenFull   bool
 	topicHolds       bool
+	stallAfter       time.Duration
 	invalidHeldBound string
 }
+
+// DefaultStallAfter is the default of StallAfter: 100ms.
+const DefaultStallAfter = 100 * time.Millisecond
 
 // DefaultMaxHeldBytes is the default of MaxHeldBytes: 64 MiB.
 const DefaultMaxHeldBytes = 64 << 20
@@ -145,12 +149,16 @@ func defaultConfig() config {
 	return config{
 		policies:     []Policy{Retry(3, 100*time.Millisecond), Stop()},
 		maxHeldBytes: DefaultMaxHeldBytes,
+		stallAfter:   DefaultStallAfter,
 	}
 }
 
 func (c *config) validate() error {
 	if c.invalidHeldBound != "" {
 		return fmt.Errorf("korder: %s: must be at least 1", c.invalidHeldBound)
+	}
+	if c.stallAfter <= 0 {
+		return fmt.Errorf("korder: StallAfter(%v): must be positive", c.stallAfter)
 	}
 	if len(c.policies) == 0 {
 		return errors.New("korder: WithPolicies needs at least one policy")
@@ -251,4 +259,16 @@ func RejectWhenHeldFull() Opt {
 // quarantines apply to the whole topic, and Stop stops it.
 func TopicHolds() Opt {
 	return func(c *config) { c.topicHolds = true }
+}
+
+// StallAfter sets how long a partition that has its share of kgo's buffer
+// (three quarters of MaxBufferedRecords) must go without any of its
+// records finishing before the Producer counts it as stalled and holds its
+// new records itself, so that the topic's other partitions keep flowing;
+// until then, Produce waits for room, as it would in kgo. The default is
+// DefaultStallAfter (100ms). Set it above the longest time a produce
+// request of a healthy partition takes (round trip and linger). See
+// "Stalled partitions" in the package documentation.
+func StallAfter(d time.Duration) Opt {
+	return func(c *config) { c.stallAfter = d }
 }

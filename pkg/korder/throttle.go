@@ -27,9 +27,9 @@ import (
 // beyond that:
 //
 //   - waits in Produce, as it would in kgo for room in the buffer, while P
-//     makes progress (some record of P finished in the last stallAfter):
+//     makes progress (some record of P finished in the last StallAfter):
 //     P is busy, not stalled, and the wait is kgo's own backpressure;
-//   - is held, in order, once P has made no progress for stallAfter (P is
+//   - is held, in order, once P has made no progress for StallAfter (P is
 //     stalled): Produce returns, and the topic's other partitions keep
 //     flowing. Every later record of P is held behind it, and the held
 //     records are handed to kgo, in order, as P's records in kgo finish,
@@ -47,10 +47,6 @@ import (
 // records in kgo finish: kgo rejects them, and the learned recovery
 // collects them, in order, with the others (learned.go). While a learned
 // recovery's gate is closed, nothing is handed to kgo.
-
-// stallAfter is how long a partition with partCap records in kgo must go
-// without any of them finishing to count as stalled.
-const stallAfter = 100 * time.Millisecond
 
 // slowPart is a partition of a topic with pinned partitions.
 type slowPart struct {
@@ -181,7 +177,7 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	}
 	if !p.stalledLocked(sp) && len(sp.queue) == 0 && wait {
 		// Busy, not stalled: wait for room, as kgo would.
-		return pinWait, sp.space, sp.markAt.Add(stallAfter)
+		return pinWait, sp.space, sp.markAt.Add(p.cfg.stallAfter)
 	}
 	if pd.size == 0 {
 		pd.size = heldSize(pd.r)
@@ -216,7 +212,7 @@ func (p *Producer) stalledLocked(sp *slowPart) bool {
 		sp.markOut, sp.markAt = out, now
 		return sp.stalled
 	}
-	if now.Sub(sp.markAt) >= stallAfter || sp.inKgo() == 0 && len(sp.queue) > 0 {
+	if now.Sub(sp.markAt) >= p.cfg.stallAfter || sp.inKgo() == 0 && len(sp.queue) > 0 {
 		if !sp.stalled {
 			p.logf(kgo.LogLevelWarn, "korder: partition stalled, holding its records so that the others keep flowing", "partition", sp.part, "in_kgo", sp.inKgo())
 		}
