@@ -73,6 +73,34 @@
 // MaxHeld records, if that is set; MaxHeldBytes bounds the bytes the
 // topic's partitions hold together.
 //
+// # Stalled partitions
+//
+// A partition can also stop making progress without failing: its broker
+// is down or answers with a retryable error, and kgo keeps retrying its
+// records (with kgo's defaults, only after each metadata refresh, at most
+// every MetadataMinAge). kgo buffers every partition's records in one
+// buffer (MaxBufferedRecords), so such a partition's records fill it and
+// kgo's Produce then blocks for every partition, long before any record
+// fails. With kgo's default partitioner, the Producer prevents that for
+// keyed records: when kopts give no partitioner (kgo.RecordPartitioner),
+// it gives the client kgo's default partitioner wrapped so that the
+// Producer can compute a keyed record's partition before kgo and pin the
+// record to it. A partition may then have at most half of
+// MaxBufferedRecords in kgo; from an eighth on, the Producer checks
+// whether any of its records finished in the last StallAfter (100ms by
+// default). If none did, the partition is stalled: its new records are
+// held, in order, and handed to kgo in order as its records in kgo
+// finish, while the topic's other partitions keep flowing with the rest of
+// kgo's buffer. A partition that makes progress is only busy: at half of
+// the buffer, its records wait in Produce for room, as they would in kgo.
+// While a partition of the topic holds records, unkeyed records are pinned
+// to partitions that do not (kgo's partitioner could otherwise put one
+// ahead of the held records). Records held for a stalled partition count
+// against MaxHeldBytes and MaxHeld, as in Stats.Held, and are settled like
+// other held records when their context ends or the Producer closes. With
+// a partitioner given in kopts, even kgo's default, or ManualPartitioner
+// (see above), or TopicHolds, stalled partitions are not held.
+//
 // The Producer recognizes kgo.ManualPartitioner() by its type (that of every
 // kgo.BasicConsistentPartitioner) and, for each topic, by asking it to
 // partition a few probe records with different keys and Partition fields:
@@ -156,6 +184,7 @@ type Producer struct {
 	maxCarriers  int             // the largest carrier ring of a unit (see carrier)
 	pin          *pinPartitioner // the client's partitioner, if it is the Producer's (see pin.go); nil with TopicHolds
 	partCap      uint64          // the most records of a pinned partition in kgo (see throttle.go)
+	softCap      uint64          // from here on, a pinned partition is checked for a stall
 	lingers      bool            // the client lingers or flushes manually (see flushUntil)
 	manualFlush  bool            // the client flushes manually: every recovery round flushes
 
@@ -300,6 +329,7 @@ type unit struct {
 	kick   bool                 // a hook asked for a recovery
 	resume bool                 // Resume asked to end the stops of partitions
 	lparts map[int32]*partState // partitions with records held or stopped
+	gated  []int32              // the failed partitions the gate waited for; nil: the whole topic (see gateInflightLocked)
 	// rejBytes is what the rejected records held count for in
 	// t.heldBytes.
 	rejBytes int64
@@ -399,7 +429,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.manualFlush = manual
 	maxBuffered, _ := cl.OptValue(kgo.MaxBufferedRecords).(int64)
 	p.maxCarriers = maxCarriersFor(maxBuffered)
-	p.partCap = uint64(max(3*maxBuffered/4, 1))
+	p.partCap = uint64(max(maxBuffered/2, 1))
+	p.softCap = uint64(max(maxBuffered/8, 1))
 	if got, _ := cl.OptValue(kgo.RecordPartitioner).(*pinPartitioner); got != nil && !p.cfg.topicHolds {
 		p.pin = got
 	}
@@ -988,6 +1019,11 @@ func (p *Producer) Close() {
 				wait = u.space
 				return
 			}
+			u.t.eachSlowPart(func(sp *slowPart) {
+				if sp.releasing { // it may be calling promises
+					wait = sp.space
+				}
+			})
 			failed = append(failed, u.failed...)
 			u.failed = nil
 		})

@@ -146,7 +146,7 @@ func (p *Producer) gateLearned(u *unit, queue []*pending) ([]*pending, bool) {
 	closed := !u.recovering
 	u.kick = false
 	p.beginRecoveryLocked(u)
-	for !p.closed && u.inflight() > 0 {
+	for !p.closed && p.gateInflightLocked(u) > 0 {
 		wait := u.space
 		p.mu.Unlock()
 		<-wait
@@ -200,14 +200,56 @@ func (p *Producer) kgoFailedLearned(u *unit) bool {
 	return false
 }
 
+// gateInflightLocked returns how many records the gate waits for: those
+// of the unit in flight that may go to a partition kgo has failed, that is
+// every one, but those pinned to a partition that is not failed (see
+// pin.go). It notes the failed partitions in u.gated (nil: the whole
+// topic), which are the ones the recovery recovers in kgo: a partition
+// that fails later may still have records in flight.
+//
+// While the gate is closed, no record of the unit is counted in (its new
+// records are held; a fast-path record that counted itself in before the
+// gate closed is in u.in before it is in its slowPart), and a record is
+// counted out of its slowPart before it is counted out of the unit: so
+// reading the unit's count first, then the slowParts', never counts a
+// record that may go to a failed partition as one that may not.
+func (p *Producer) gateInflightLocked(u *unit) uint64 {
+	all := u.inflight()
+	u.gated = nil
+	ps := u.t.pin
+	if ps == nil || all == 0 {
+		return all
+	}
+	parts := ps.parts.Load()
+	failed := p.cl.FailedProducePartitions()[u.t.name]
+	if parts == nil || u.whole || slices.Contains(failed, -1) {
+		return all
+	}
+	var other uint64
+	for _, sp := range *parts {
+		if !slices.Contains(failed, sp.part) {
+			other += sp.inKgo()
+		}
+	}
+	u.gated = slices.Clone(failed)
+	if u.gated == nil {
+		u.gated = []int32{}
+	}
+	if other >= all {
+		return 0
+	}
+	return all - other
+}
+
 // recoverKgoLearned recovers, in kgo, the unit's topic and its failed
-// partitions that are not stopped. The gate must be closed.
+// partitions that are not stopped and that the gate waited for (u.gated).
+// The gate must be closed.
 func (p *Producer) recoverKgoLearned(u *unit) {
 	failed := p.cl.FailedProducePartitions()[u.t.name]
 	p.mu.Lock()
 	failed = slices.DeleteFunc(failed, func(part int32) bool {
 		ps := u.lparts[part]
-		return part >= 0 && ps != nil && ps.stopped != nil
+		return part >= 0 && ps != nil && ps.stopped != nil || u.gated != nil && !slices.Contains(u.gated, part)
 	})
 	p.mu.Unlock()
 	if len(failed) > 0 {

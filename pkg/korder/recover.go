@@ -231,6 +231,7 @@ func (p *Producer) releaseBatchesLocked(u *unit) {
 				// fail it and its partition with it.
 				if sp := pd.sp; sp != nil {
 					pd.sp = nil
+					unpin(pd.r)
 					p.slowOut(u, sp)
 				}
 				p.count(func(s *Stats) { s.Canceled++ })
@@ -373,8 +374,9 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 			// flush.
 			var handed func()
 			if u.learn {
-				// The gate is closed: nothing of the topic is
-				// in kgo. Recover, hand the round to kgo, and
+				// The gate is closed: nothing of the topic that
+				// may go to the partitions it waited for is in
+				// kgo. Recover them, hand the round to kgo, and
 				// open the gate if the round is the whole
 				// queue: new records of the failed partitions
 				// then follow it. A partial round (Isolate)

@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -67,6 +68,7 @@ type slowPart struct {
 	space     chan struct{} // closed when the partition's records in kgo finish, or its state changes
 	markOut   uint64        // out when progress was last seen
 	markAt    time.Time     // and when
+	checked   time.Time     // the last stalledLocked
 	stalled   bool          // no progress for stallAfter; stays set while queue holds records
 	releasing bool          // a goroutine hands queue to kgo
 	since     time.Time     // queue holds records since
@@ -99,7 +101,12 @@ func (p *Producer) fastSlowPart(ps *pinState, r *kgo.Record) (*slowPart, bool) {
 		return nil, true
 	}
 	sp := (*parts)[part]
-	if sp.slow.Load() || sp.inKgo() >= p.partCap {
+	if sp.slow.Load() {
+		return nil, true
+	}
+	// Above the soft cap, one record in stallSample checks whether the
+	// partition stalled; at the cap, every one does.
+	if n := sp.inKgo(); n >= p.partCap || n >= p.softCap && sp.in.Load()%stallSample == 0 {
 		return nil, true
 	}
 	return sp, false
@@ -129,6 +136,10 @@ func (ps *pinState) slowPartsLocked() []*slowPart {
 // pinned partitions.
 type pinAction int
 
+// stallSample: above its soft cap, one record of a partition in
+// stallSample takes the locked path to check whether it stalled.
+const stallSample = 64
+
 const (
 	pinDirect pinAction = iota // hand it to kgo (pinned if pd.sp is set, counted in sp)
 	pinQueued                  // held in pd.sp's queue
@@ -146,36 +157,33 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	if ps == nil {
 		return pinDirect, nil, time.Time{}
 	}
+	n := ps.n.Load()
 	parts := ps.slowPartsLocked()
-	if len(parts) == 0 {
+	if n <= 0 || int(n) > len(parts) {
 		return pinDirect, nil, time.Time{}
 	}
 	var sp *slowPart
-	if part, ok := p.pin.keyedPartition(pd.r, int32(len(parts))); ok {
+	if part, ok := p.pin.keyedPartition(pd.r, n); ok {
 		sp = parts[part]
 	} else if ps.nSlow.Load() > 0 {
-		// Unkeyed, while a partition holds records: pin it to a
-		// partition that holds nothing, with room, or else hold it
-		// as some partition's record.
-		start := int(ps.rr.Add(1)/64) % len(parts)
-		sp = parts[start]
-		for i := range parts {
-			c := parts[(start+i)%len(parts)]
-			if !c.slow.Load() && c.inKgo() < p.partCap {
-				sp = c
-				break
-			}
+		if sp = p.unkeyedPartLocked(u, parts[:n]); sp == nil {
+			return pinDirect, nil, time.Time{}
 		}
 	} else {
 		return pinDirect, nil, time.Time{}
 	}
 	pd.sp = sp
-	if len(sp.queue) == 0 && sp.inKgo() < p.partCap {
+	inKgo := sp.inKgo()
+	// Records of the partition not handed to kgo yet (held, or being
+	// handed by releaseSlow) go first: this one goes behind them.
+	behind := len(sp.queue) > 0 || sp.releasing
+	stalled := behind || inKgo >= p.softCap && p.stalledLocked(sp)
+	if !stalled && inKgo < p.partCap {
 		sp.in.Add(1)
 		pd.r.Partition = pinnedPartition(sp.part)
 		return pinDirect, nil, time.Time{}
 	}
-	if !p.stalledLocked(sp) && len(sp.queue) == 0 && wait {
+	if !stalled && wait {
 		// Busy, not stalled: wait for room, as kgo would.
 		return pinWait, sp.space, sp.markAt.Add(p.cfg.stallAfter)
 	}
@@ -200,17 +208,61 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	}
 	sp.queue = append(sp.queue, pd)
 	p.setSlowLocked(u.t, sp, true)
-	p.kickReleaseLocked(u, sp)
+	if inKgo == 0 {
+		// No promise of the partition is to come that would hand it
+		// to kgo (see serviceLocked).
+		p.kickReleaseLocked(u, sp)
+	}
 	return pinQueued, nil, time.Time{}
 }
 
+// unkeyedPartLocked returns the partition an unkeyed record is pinned to
+// while a partition of the topic is slow (it could otherwise go to one
+// that holds records, ahead of them): one that is not slow and has room,
+// rotating over them, or else one that is slow (the record is held as its
+// own), but never one that kgo has failed or korder stopped (kgo would
+// reject the record; unpinned, kgo routes it around them). It returns nil
+// if there is none.
+func (p *Producer) unkeyedPartLocked(u *unit, parts []*slowPart) *slowPart {
+	failed := p.cl.FailedProducePartitions()[u.t.name]
+	usable := func(sp *slowPart) bool {
+		if ps := u.lparts[sp.part]; ps != nil && ps.stopped != nil {
+			return false
+		}
+		return !slices.Contains(failed, sp.part) && !slices.Contains(failed, -1)
+	}
+	start := int(u.t.pin.rr.Add(1)/64) % len(parts)
+	var fallback *slowPart
+	for i := range parts {
+		sp := parts[(start+i)%len(parts)]
+		if !usable(sp) {
+			continue
+		}
+		if !sp.slow.Load() && sp.inKgo() < p.partCap {
+			return sp
+		}
+		if fallback == nil {
+			fallback = sp
+		}
+	}
+	return fallback
+}
+
 // stalledLocked returns whether sp is stalled: none of its records in kgo
-// finished for stallAfter. It stays stalled while it holds records.
+// finished for StallAfter, since the first time it was asked (with sp at
+// its soft cap). It stays stalled until it holds nothing.
 func (p *Producer) stalledLocked(sp *slowPart) bool {
+	if sp.stalled {
+		return true
+	}
 	now := time.Now()
-	if out := sp.out.Load(); sp.markAt.IsZero() || out != sp.markOut {
+	last := sp.checked
+	sp.checked = now
+	if out := sp.out.Load(); out != sp.markOut || now.Sub(last) > 2*p.cfg.stallAfter {
+		// Progress, or the first check in a while (what happened
+		// since the last one is unknown): count from now.
 		sp.markOut, sp.markAt = out, now
-		return sp.stalled
+		return false
 	}
 	if now.Sub(sp.markAt) >= p.cfg.stallAfter || sp.inKgo() == 0 && len(sp.queue) > 0 {
 		if !sp.stalled {
