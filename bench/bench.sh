@@ -39,6 +39,12 @@
 #             round to round: run in one process, the first impl is measured
 #             on a fresh heap and the others after it, which biased the
 #             comparison by as much as the difference it measures.
+#   isolation patched only: pkg/korder BenchmarkIsolationDefaultPartitioner
+#             (-test.benchtime 1x, about 12 s a round): 16 partitions, keyed
+#             records from 2 goroutines at full speed, kgo's default
+#             partitioner, partition 0 failing for 2 s (fault=hold, invalid,
+#             retryable); healthy-ratio is the other partitions' rate
+#             during the fault over their rate before it.
 #
 # Every test binary is built once, before any run. Then each round runs every
 # group once per side, one -test.count=1 run at a time, appending to one file
@@ -50,7 +56,7 @@
 # Environment:
 #   BENCH_COUNT         rounds (default 10).
 #   BENCH_GROUPS        which groups to run, space separated (default
-#                       "kgo e2e failstop korder").
+#                       "kgo e2e failstop korder isolation").
 #   BENCHTIME           -test.benchtime for every group, unless the group's
 #                       own variable below is set; for a quick check,
 #                       BENCH_COUNT=2 BENCHTIME=2000x.
@@ -90,12 +96,12 @@ die() { printf 'bench: %s\n' "$*" >&2; exit 1; }
 
 count=${BENCH_COUNT:-10}
 [[ $count =~ ^[1-9][0-9]*$ ]] || die "BENCH_COUNT must be a positive integer, got '$count'"
-read -r -a groups <<<"${BENCH_GROUPS:-kgo e2e failstop korder}"
+read -r -a groups <<<"${BENCH_GROUPS:-kgo e2e failstop korder isolation}"
 [[ ${#groups[@]} -gt 0 ]] || die "BENCH_GROUPS is empty"
 for g in "${groups[@]}"; do
 	case $g in
-	kgo | e2e | failstop | korder) ;;
-	*) die "BENCH_GROUPS: unknown group '$g' (kgo, e2e, failstop, korder)" ;;
+	kgo | e2e | failstop | korder | isolation) ;;
+	*) die "BENCH_GROUPS: unknown group '$g' (kgo, e2e, failstop, korder, isolation)" ;;
 	esac
 done
 want() { [[ " ${groups[*]} " == *" $1 "* ]]; }
@@ -213,7 +219,7 @@ if want e2e; then
 	build e2e-pristine "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
 	build e2e-aa "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
 fi
-if want korder; then
+if want korder || want isolation; then
 	build korder "$root" "$root/go.work" ./pkg/korder
 fi
 echo
@@ -298,6 +304,9 @@ run_korder() {
 		run korder.txt "$root/pkg/korder" korder "^BenchmarkProduce\$/^failures=/^impl=${korder_impls[(i - 1 + j) % n]}\$" "$bt_korder" ""
 	done
 }
+run_isolation() {
+	run isolation.txt "$root/pkg/korder" korder '^BenchmarkIsolationDefaultPartitioner$' 1x ""
+}
 for ((i = 1; i <= count; i++)); do
 	round_times=
 	for g in "${groups[@]}"; do
@@ -367,6 +376,9 @@ table() { # TITLE BENCHSTAT-ARGS...
 	fi
 	if want korder; then
 		table "korder vs raw kgo (patched; impl=kgo has the option off)" -col /impl korder.txt
+	fi
+	if want isolation; then
+		table "korder isolation of healthy partitions, kgo's default partitioner (healthy-ratio: 1 is perfect; the issue's target is 0.9 for fault=retryable)" isolation.txt
 	fi
 } | tee -a "$out/tables.txt"
 echo "make bench: done in $(elapsed); raw results and tables.txt in $out"

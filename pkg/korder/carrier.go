@@ -131,6 +131,8 @@ func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Cont
 	unpin(r)
 	if sp != nil {
 		u.p.slowOut(u, sp)
+	} else if u.t.pin != nil {
+		u.unpinned.Add(-1)
 	}
 	if err == nil || !isProduceFailure(err) {
 		if err != nil {

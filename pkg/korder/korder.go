@@ -217,6 +217,7 @@ type pending struct {
 	size     int64     // the bytes it counts for while held (heldSize)
 	rejected bool      // learned holds: kgo rejected it, and it is held (see collectLocked)
 	sp       *slowPart // pinned: the partition it is counted in, or held by (see throttle.go)
+	up       bool      // counted in its unit's unpinned
 }
 
 // heldSize is what a held record counts for against MaxHeldBytes: its key,
@@ -329,7 +330,10 @@ type unit struct {
 	kick   bool                 // a hook asked for a recovery
 	resume bool                 // Resume asked to end the stops of partitions
 	lparts map[int32]*partState // partitions with records held or stopped
-	gated  []int32              // the failed partitions the gate waited for; nil: the whole topic (see gateInflightLocked)
+	gated  []int32              // the failed partitions the gate waits for; nil: the whole topic (see gateInflightLocked)
+	// unpinned counts the records of a topic with pinned partitions in
+	// kgo that are not pinned (they may go to any partition).
+	unpinned atomic.Int64
 	// rejBytes is what the rejected records held count for in
 	// t.heldBytes.
 	rejBytes int64
@@ -615,6 +619,7 @@ func (p *Producer) beginRecoveryLocked(u *unit) {
 	if !u.recovering {
 		u.recovering = true
 		u.holdStart = time.Now()
+		u.gated = nil // until the gate computes it: the whole topic
 	}
 	p.updateSlowLocked(u)
 }
@@ -686,12 +691,18 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		}
 		if u != nil && !locked && !u.slow.Load() {
 			seq := u.in.Add(1)
+			// Counted where the gate looks before the second check
+			// (see gateInflightLocked).
+			if sp != nil {
+				sp.in.Add(1)
+			} else if ts.pin != nil {
+				u.unpinned.Add(1)
+			}
 			if !u.slow.Load() {
 				if u.learn {
 					r.Partition = -1 // kgo sets it if it partitions the record
 				}
 				if sp != nil {
-					sp.in.Add(1)
 					r.Partition = pinnedPartition(sp.part)
 				}
 				if c := u.claim(seq, ctx, promise, sp); c != nil {
@@ -702,6 +713,11 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 				return
 			}
 			// A recovery began: back out and take the locked path.
+			if sp != nil {
+				p.slowOut(u, sp)
+			} else if ts.pin != nil {
+				u.unpinned.Add(-1)
+			}
 			u.countOut()
 		}
 	}
@@ -744,8 +760,13 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 			p.deadLetterQuarantined(pd, cause, u.countOut)
 			return
 		}
-		if !u.recovering && len(u.held) == 0 && u.t.pin != nil {
+		direct := !u.recovering && len(u.held) == 0
+		if len(u.held) == 0 && u.t.pin != nil && (!u.recovering || u.partialGateLocked()) {
 			act, wait, until := p.routeLocked(u, pd, true)
+			// While a gate is closed, a record pinned to a
+			// partition it does not gate goes on; an unpinned one,
+			// which may go to a gated partition, is held.
+			direct = act == pinDirect && (pd.sp != nil || !u.recovering)
 			switch act {
 			case pinQueued:
 				p.mu.Unlock()
@@ -763,8 +784,12 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 				continue
 			}
 		}
-		if !u.recovering && len(u.held) == 0 {
+		if direct {
 			pd.seq = u.in.Add(1) // counted in: handed to kgo
+			if pd.sp == nil && u.t.pin != nil {
+				pd.up = true
+				u.unpinned.Add(1)
+			}
 			p.mu.Unlock()
 			p.cl.Produce(ctx, r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 			return
@@ -852,6 +877,10 @@ func (p *Producer) finished(u *unit, pd *pending, err error) {
 	pd.sp = nil
 	if sp != nil {
 		sp.out.Add(1)
+	}
+	if pd.up {
+		pd.up = false
+		u.unpinned.Add(-1)
 	}
 	p.mu.Lock()
 	if sp != nil && sp.slow.Load() {

@@ -207,38 +207,44 @@ func (p *Producer) kgoFailedLearned(u *unit) bool {
 // topic), which are the ones the recovery recovers in kgo: a partition
 // that fails later may still have records in flight.
 //
-// While the gate is closed, no record of the unit is counted in (its new
-// records are held; a fast-path record that counted itself in before the
-// gate closed is in u.in before it is in its slowPart), and a record is
-// counted out of its slowPart before it is counted out of the unit: so
-// reading the unit's count first, then the slowParts', never counts a
-// record that may go to a failed partition as one that may not.
+// A record on the lock-free path is counted in its slowPart, or in
+// u.unpinned, before it checks whether the gate closed (u.slow), so the
+// gate, which closes before it counts, sees every record that went on.
+// While it is closed, only records pinned to partitions it does not hold
+// go on (routeLocked), and they cannot go to one it holds.
 func (p *Producer) gateInflightLocked(u *unit) uint64 {
-	all := u.inflight()
 	u.gated = nil
 	ps := u.t.pin
-	if ps == nil || all == 0 {
-		return all
+	if ps == nil {
+		return u.inflight()
 	}
 	parts := ps.parts.Load()
 	failed := p.cl.FailedProducePartitions()[u.t.name]
 	if parts == nil || u.whole || slices.Contains(failed, -1) {
-		return all
+		return u.inflight()
 	}
-	var other uint64
+	n := uint64(max(u.unpinned.Load(), 0))
 	for _, sp := range *parts {
-		if !slices.Contains(failed, sp.part) {
-			other += sp.inKgo()
+		if slices.Contains(failed, sp.part) {
+			n += sp.inKgo()
 		}
 	}
 	u.gated = slices.Clone(failed)
 	if u.gated == nil {
 		u.gated = []int32{}
 	}
-	if other >= all {
-		return 0
-	}
-	return all - other
+	return n
+}
+
+// partialGateLocked returns whether the unit's gate is closed for some of
+// its partitions only (u.gated): records pinned to the others go on.
+func (u *unit) partialGateLocked() bool {
+	return u.recovering && u.gated != nil && !u.whole
+}
+
+// gatesLocked returns whether the unit's closed gate holds partition part.
+func (u *unit) gatesLocked(part int32) bool {
+	return u.recovering && (u.gated == nil || u.whole || slices.Contains(u.gated, part))
 }
 
 // recoverKgoLearned recovers, in kgo, the unit's topic and its failed

@@ -245,6 +245,10 @@ func (p *Producer) releaseBatchesLocked(u *unit) {
 				p.deadLetterQuarantined(pd, causes[i], u.countOut)
 				continue
 			}
+			if pd.sp == nil && u.t.pin != nil {
+				pd.up = true
+				u.unpinned.Add(1)
+			}
 			p.cl.Produce(pd.ctx, pd.r, func(_ *kgo.Record, err error) { p.finished(u, pd, err) })
 		}
 		p.mu.Lock()

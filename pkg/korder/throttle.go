@@ -165,7 +165,7 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	var sp *slowPart
 	if part, ok := p.pin.keyedPartition(pd.r, n); ok {
 		sp = parts[part]
-	} else if ps.nSlow.Load() > 0 {
+	} else if ps.nSlow.Load() > 0 || u.partialGateLocked() {
 		if sp = p.unkeyedPartLocked(u, parts[:n]); sp == nil {
 			return pinDirect, nil, time.Time{}
 		}
@@ -175,8 +175,9 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	pd.sp = sp
 	inKgo := sp.inKgo()
 	// Records of the partition not handed to kgo yet (held, or being
-	// handed by releaseSlow) go first: this one goes behind them.
-	behind := len(sp.queue) > 0 || sp.releasing
+	// handed by releaseSlow) go first: this one goes behind them. So does
+	// a record of a partition that a gate holds (learned.go).
+	behind := len(sp.queue) > 0 || sp.releasing || u.gatesLocked(sp.part)
 	stalled := behind || inKgo >= p.softCap && p.stalledLocked(sp)
 	if !stalled && inKgo < p.partCap {
 		sp.in.Add(1)
@@ -217,8 +218,8 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 }
 
 // unkeyedPartLocked returns the partition an unkeyed record is pinned to
-// while a partition of the topic is slow (it could otherwise go to one
-// that holds records, ahead of them): one that is not slow and has room,
+// while a partition of the topic is slow or gated (it could otherwise go
+// to one that holds records, ahead of them): one that is not slow and has room,
 // rotating over them, or else one that is slow (the record is held as its
 // own), but never one that kgo has failed or korder stopped (kgo would
 // reject the record; unpinned, kgo routes it around them). It returns nil
@@ -324,7 +325,7 @@ func (p *Producer) maybeUnslowLocked(ts *topicState, sp *slowPart) {
 // goroutine: that may be kgo's promise goroutine, and kgo's Produce may
 // wait for room that only promises free.
 func (p *Producer) kickReleaseLocked(u *unit, sp *slowPart) {
-	if len(sp.queue) == 0 || sp.releasing || u.recovering || p.closed || sp.inKgo() >= p.partCap {
+	if len(sp.queue) == 0 || sp.releasing || u.gatesLocked(sp.part) || p.closed || sp.inKgo() >= p.partCap {
 		return
 	}
 	sp.releasing = true
@@ -346,7 +347,7 @@ func (p *Producer) kickAllLocked(u *unit) {
 func (p *Producer) releaseSlow(u *unit, sp *slowPart) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for len(sp.queue) > 0 && !u.recovering && !p.closed {
+	for len(sp.queue) > 0 && !u.gatesLocked(sp.part) && !p.closed {
 		room := int(p.partCap) - int(sp.inKgo())
 		if room <= 0 {
 			break

@@ -202,3 +202,58 @@ func TestStalledPartitionHeldContextAndClose(t *testing.T) {
 		})
 	}
 }
+
+// The gate of a learned recovery waits only for records that may go to the
+// failed partition: while partition 0 is stalled (its records in kgo,
+// retried without end), a poison record on partition 1 is recovered and
+// dead-lettered, and partition 2's records are written throughout. Before,
+// the gate waited for every record of the topic in kgo, partition 0's
+// included, and held the whole topic until partition 0 came back.
+func TestGateDoesNotWaitForStalledPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := twoBrokerCluster(t)
+	poison(c)
+	p := newStallProducer(ctx, t, c, korder.WithPolicies(korder.Retry(1, 0), korder.DeadLetter(dlq)))
+	end := stallPartition0(c)
+	defer end()
+
+	hctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	ps := newPromises()
+	exp0 := []string{"w-0"}
+	for i := 1; i <= 3; i++ {
+		r := keyed(0, "a", i)
+		exp0 = append(exp0, string(r.Value))
+		p.Produce(hctx, r, ps.fn())
+	}
+	bad := keyed(1, "b", 1)
+	bad.Value = []byte("POISON")
+	p.Produce(hctx, bad, ps.fn())
+	exp1 := []string{"w-0"}
+	for i := 2; i <= 4; i++ {
+		r := keyed(1, "b", i)
+		exp1 = append(exp1, string(r.Value))
+		p.Produce(hctx, r, ps.fn())
+	}
+	var exp2 []string
+	for i := range 20 {
+		r := keyed(2, "c", i)
+		exp2 = append(exp2, string(r.Value))
+		if err := produceSync(hctx, p, r); err != nil {
+			t.Fatalf("partition 2 while partition 1 recovers and partition 0 is stalled: %v", err)
+		}
+	}
+	// Partition 1's recovery ends while partition 0 is still stalled.
+	for p.Stats().DeadLettered == 0 {
+		if err := produceSync(hctx, p, keyed(2, "c", 100)); err != nil {
+			t.Fatalf("partition 1's recovery did not end while partition 0 is stalled: %v", err)
+		}
+		exp2 = append(exp2, "c-100")
+	}
+	end()
+	ps.wait(ctx, t)
+	checkPoisonDeadLettered(t, ps, bad)
+	expectLog(ctx, t, c, topic, 0, exp0)
+	expectLog(ctx, t, c, topic, 1, exp1)
+	expectLog(ctx, t, c, topic, 2, exp2)
+}
