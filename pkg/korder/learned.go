@@ -218,13 +218,13 @@ func (p *Producer) gateInflightLocked(u *unit) uint64 {
 	if ps == nil {
 		return u.inflight()
 	}
-	parts := ps.parts.Load()
+	parts := ps.slowPartsLocked()
 	failed := p.cl.FailedProducePartitions()[u.t.name]
-	if parts == nil || u.whole || slices.Contains(failed, -1) {
+	if len(parts) == 0 || u.whole || slices.Contains(failed, -1) {
 		return u.inflight()
 	}
 	n := uint64(max(u.unpinned.Load(), 0))
-	for _, sp := range *parts {
+	for _, sp := range parts {
 		if slices.Contains(failed, sp.part) {
 			n += sp.inKgo()
 		}

@@ -176,8 +176,9 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 	inKgo := sp.inKgo()
 	// Records of the partition not handed to kgo yet (held, or being
 	// handed by releaseSlow) go first: this one goes behind them. So does
-	// a record of a partition that a gate holds (learned.go).
-	behind := len(sp.queue) > 0 || sp.releasing || u.gatesLocked(sp.part)
+	// a record of a partition that a gate holds (learned.go), unless the
+	// gate is opening (wait false: it releases what it held).
+	behind := len(sp.queue) > 0 || sp.releasing || wait && u.gatesLocked(sp.part)
 	stalled := behind || inKgo >= p.softCap && p.stalledLocked(sp)
 	if !stalled && inKgo < p.partCap {
 		sp.in.Add(1)
