@@ -330,7 +330,10 @@ type unit struct {
 	kick   bool                 // a hook asked for a recovery
 	resume bool                 // Resume asked to end the stops of partitions
 	lparts map[int32]*partState // partitions with records held or stopped
-	gated  []int32              // the failed partitions the gate waits for; nil: the whole topic (see gateInflightLocked)
+	gated  []int32              // the partitions the closed gate holds; nil: the whole topic (see gateInflightLocked)
+	// gateWhole: the closed gate held the whole topic at some point, and
+	// holds it until it opens.
+	gateWhole bool
 	// unpinned counts the records of a topic with pinned partitions in
 	// kgo that are not pinned (they may go to any partition).
 	unpinned atomic.Int64
@@ -619,7 +622,7 @@ func (p *Producer) beginRecoveryLocked(u *unit) {
 	if !u.recovering {
 		u.recovering = true
 		u.holdStart = time.Now()
-		u.gated = nil // until the gate computes it: the whole topic
+		u.gated, u.gateWhole = nil, false // until the gate computes it: the whole topic
 	}
 	p.updateSlowLocked(u)
 }

@@ -203,9 +203,10 @@ func (p *Producer) kgoFailedLearned(u *unit) bool {
 // gateInflightLocked returns how many records the gate waits for: those
 // of the unit in flight that may go to a partition kgo has failed, that is
 // every one, but those pinned to a partition that is not failed (see
-// pin.go). It notes the failed partitions in u.gated (nil: the whole
-// topic), which are the ones the recovery recovers in kgo: a partition
-// that fails later may still have records in flight.
+// pin.go). It adds the failed partitions to u.gated (nil: the whole
+// topic), the partitions the gate holds until it opens, which are the ones
+// the recovery recovers in kgo: a partition that fails later may still
+// have records in flight.
 //
 // A record on the lock-free path is counted in its slowPart, or in
 // u.unpinned, before it checks whether the gate closed (u.slow), so the
@@ -213,25 +214,35 @@ func (p *Producer) kgoFailedLearned(u *unit) bool {
 // While it is closed, only records pinned to partitions it does not hold
 // go on (routeLocked), and they cannot go to one it holds.
 func (p *Producer) gateInflightLocked(u *unit) uint64 {
-	u.gated = nil
 	ps := u.t.pin
 	if ps == nil {
 		return u.inflight()
 	}
 	parts := ps.slowPartsLocked()
 	failed := p.cl.FailedProducePartitions()[u.t.name]
-	if len(parts) == 0 || u.whole || slices.Contains(failed, -1) {
+	if len(parts) == 0 || u.whole || u.gateWhole || slices.Contains(failed, -1) {
+		// The whole topic, for the rest of this gate: a partition
+		// recovered for a round meanwhile would otherwise no longer
+		// count as failed, while records of it are in the recovery.
+		u.gateWhole = true
+		u.gated = nil
 		return u.inflight()
+	}
+	// Gated partitions stay gated until the gate opens, for the same
+	// reason.
+	if u.gated == nil {
+		u.gated = []int32{}
+	}
+	for _, part := range failed {
+		if !slices.Contains(u.gated, part) {
+			u.gated = append(u.gated, part)
+		}
 	}
 	n := uint64(max(u.unpinned.Load(), 0))
 	for _, sp := range parts {
-		if slices.Contains(failed, sp.part) {
+		if slices.Contains(u.gated, sp.part) {
 			n += sp.inKgo()
 		}
-	}
-	u.gated = slices.Clone(failed)
-	if u.gated == nil {
-		u.gated = []int32{}
 	}
 	return n
 }
@@ -239,12 +250,12 @@ func (p *Producer) gateInflightLocked(u *unit) uint64 {
 // partialGateLocked returns whether the unit's gate is closed for some of
 // its partitions only (u.gated): records pinned to the others go on.
 func (u *unit) partialGateLocked() bool {
-	return u.recovering && u.gated != nil && !u.whole
+	return u.recovering && u.gated != nil && !u.whole && !u.gateWhole
 }
 
 // gatesLocked returns whether the unit's closed gate holds partition part.
 func (u *unit) gatesLocked(part int32) bool {
-	return u.recovering && (u.gated == nil || u.whole || slices.Contains(u.gated, part))
+	return u.recovering && (u.gated == nil || u.whole || u.gateWhole || slices.Contains(u.gated, part))
 }
 
 // recoverKgoLearned recovers, in kgo, the unit's topic and its failed

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -428,6 +430,14 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 		}
 		r.mu.Unlock()
 		r.violate("stuck", nil, "records not resolved %v after producing stopped (failed partitions in kgo: %v): %v", drainTimeout, failedPartitions(cl), stuck)
+		// Where every goroutine is, for the history: a stuck run
+		// rarely reproduces from its seed alone.
+		var stacks strings.Builder
+		_ = pprof.Lookup("goroutine").WriteTo(&stacks, 2)
+		if r.kp != nil {
+			r.hist.add(evPhase, nil, nil, -2, "korder when stuck: "+korderStats(r.kp))
+		}
+		r.hist.add(evPhase, nil, nil, -2, "goroutines when stuck:\n"+stacks.String())
 	}
 	drain.Stop()
 

@@ -60,6 +60,6 @@ func korderOutcome(err error) string {
 
 func korderStats(op orderedProducer) string {
 	s := op.(*korder.Producer).Stats()
-	return fmt.Sprintf("korder{failures=%d retries=%d isolations=%d deadlettered=%d dropped=%d stopped=%d quarantined=%d}",
-		s.Failures, s.Retries, s.Isolations, s.DeadLettered, s.Dropped, s.Stopped, s.Quarantined)
+	return fmt.Sprintf("korder{failures=%d retries=%d isolations=%d deadlettered=%d dropped=%d stopped=%d quarantined=%d held=%d}",
+		s.Failures, s.Retries, s.Isolations, s.DeadLettered, s.Dropped, s.Stopped, s.Quarantined, s.Held)
 }
