@@ -1122,6 +1122,12 @@ func (p *Producer) Resume(topic string) {
 		}
 		p.updateSlowLocked(u)
 		u.wakeLocked()
+		if u.learn && (len(u.held) > 0 || len(u.failed) > 0) {
+			// Held or collected while the recovery that stopped the
+			// topic was ending: recover them.
+			u.kick = true
+			p.maybeRecoverLocked(u)
+		}
 		if ts.topicFailed {
 			// The topic failed as a whole while the unit was
 			// stopped: it takes part in the topic's recovery.

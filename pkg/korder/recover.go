@@ -120,6 +120,12 @@ func (p *Producer) recover(u *unit) {
 		held := u.held
 		u.t.unholdLocked(held)
 		u.held = nil
+		if u.learn {
+			// Collected since the gate: their topic is stopped.
+			held = append(held, u.failed...)
+			u.failed = nil
+			p.recountLocked(u, nil)
+		}
 		p.endHoldLocked(u)
 		u.running = false
 		p.updateSlowLocked(u)
@@ -142,7 +148,13 @@ func (p *Producer) recover(u *unit) {
 		p.mu.Lock()
 	}
 	u.running = false
-	if (len(u.failed) == 0 || u.learn && !u.whole) && (!u.t.topicFailed || p.closed) {
+	if u.learn && len(u.held) > 0 && !p.closed {
+		// Not released: the topic failed as a whole meanwhile, or a
+		// Resume ended a Stop of the topic before this recovery saw
+		// it. Recover again: its gate finds out which, and releases
+		// them.
+		u.kick = true
+	} else if (len(u.failed) == 0 || u.learn && !u.whole) && (!u.t.topicFailed || p.closed) {
 		p.endHoldLocked(u)
 	}
 	p.updateSlowLocked(u)
