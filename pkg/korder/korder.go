@@ -51,7 +51,12 @@
 // produced meanwhile to any partition were held and follow, in order. The
 // gate lasts as long as kgo takes to finish what it had of the topic when
 // it closed (about one produce round trip, plus the linger and what was
-// buffered ahead); Stats.TopicHoldTime adds it up. While Isolate bisects,
+// buffered ahead); Stats.TopicHoldTime adds it up. With pinned partitions
+// (see Stalled partitions), the gate holds less: it waits only for the
+// records that may go to a failed partition (unkeyed records in flight,
+// and those pinned to it), and while it is closed only the failed
+// partitions' new records are held (and unkeyed records are pinned to
+// other partitions); the others go on. While Isolate bisects,
 // the gate stays closed (its rounds produce part of P's records with P
 // recovered). Records kgo rejects for P are what P holds (MaxHeld), and
 // count against MaxHeldBytes. Since the records of a partition whose round

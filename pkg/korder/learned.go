@@ -38,6 +38,12 @@ import (
 // partitions produced meanwhile are held, in order, and handed to kgo when
 // it opens.
 //
+// With pinned partitions (pin.go), the gate is partial: it waits for the
+// records that may go to a failed partition only (gateInflightLocked), and
+// holds only those partitions' new records, in their slowPart's queue
+// (throttle.go); records pinned to other partitions, and unkeyed records,
+// which are then pinned to them, go on while it is closed.
+//
 // The gate stays closed for a whole recovery when a failure is not pinned
 // on a partition (kgo's partition -1, or a record that failed before kgo
 // partitioned it), and while Isolate bisects (its rounds produce part of
