@@ -149,8 +149,8 @@ const (
 
 // routeLocked decides what happens to pd, a record of a learned unit that
 // is neither gated nor holding. With wait false (a record released from
-// the unit's gate, whose bytes are already counted), it never waits and is
-// never full.
+// the unit's gate), a record it pins goes into its partition's queue: it
+// never waits and is never full.
 func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan struct{}, time.Time) {
 	ps := u.t.pin
 	pd.sp = nil
@@ -173,6 +173,21 @@ func (p *Producer) routeLocked(u *unit, pd *pending, wait bool) (pinAction, chan
 		return pinDirect, nil, time.Time{}
 	}
 	pd.sp = sp
+	if !wait {
+		// Released from the gate: into the partition's queue, which
+		// releaseSlow hands to kgo in order. Handing it from here
+		// (outside p.mu, after the records before it in the batch)
+		// would race releaseSlow, which may hand a later record of
+		// the partition, queued behind it, first.
+		if pd.size == 0 {
+			pd.size = heldSize(pd.r)
+		}
+		u.t.heldBytes += pd.size
+		sp.queue = append(sp.queue, pd)
+		p.setSlowLocked(u.t, sp, true)
+		p.kickReleaseLocked(u, sp)
+		return pinQueued, nil, time.Time{}
+	}
 	inKgo := sp.inKgo()
 	// Records of the partition not handed to kgo yet (held, or being
 	// handed by releaseSlow) go first: this one goes behind them. So does
@@ -358,7 +373,10 @@ func (p *Producer) releaseSlow(u *unit, sp *slowPart) {
 		sp.queue = sp.queue[n:]
 		if len(sp.queue) == 0 {
 			sp.queue = nil
-			p.addPartHoldLocked(u.t.name, sp.part, time.Since(sp.since))
+			if !sp.since.IsZero() {
+				p.addPartHoldLocked(u.t.name, sp.part, time.Since(sp.since))
+				sp.since = time.Time{}
+			}
 		}
 		u.t.unholdLocked(batch)
 		var (
