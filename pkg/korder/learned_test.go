@@ -58,41 +58,51 @@ func keyed(partition int32, key string, seq int) *kgo.Record {
 // TestLearnedRetryDoesNotStopHealthyPartitions checks that they are routed
 // around it while it is failed.)
 func TestLearnedHoldsDoNotStopHealthyPartitions(t *testing.T) {
-	ctx := testCtx(t)
-	c := twoBrokerCluster(t)
-	poison(c)
-	retrying, release := holdProduceContaining(t, c, "POISON", 2)
-	p := newProducer(t, c, []kgo.Opt{defaultPartitioner()}, korder.WithPolicies(korder.Retry(1, 0), korder.DeadLetter(dlq)))
+	// pinned: the client's partitioner is the Producer's (kopts give
+	// none); explicit: kgo's default given in kopts, which turns pinning
+	// off, and the gate holds the whole topic.
+	for _, part := range []struct {
+		name string
+		opt  func() kgo.Opt
+	}{{"pinned", defaultPartitioner}, {"explicit", kgoDefaultPartitioner}} {
+		t.Run(part.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			c := twoBrokerCluster(t)
+			poison(c)
+			retrying, release := holdProduceContaining(t, c, "POISON", 2)
+			p := newProducer(t, c, []kgo.Opt{part.opt()}, korder.WithPolicies(korder.Retry(1, 0), korder.DeadLetter(dlq)))
 
-	if err := produceSync(ctx, p, keyed(0, "a", 0)); err != nil {
-		t.Fatal(err)
-	}
-	ps := newPromises()
-	bad := keyed(0, "a", 1)
-	bad.Value = []byte("POISON")
-	p.Produce(ctx, bad, ps.fn())
-	waitClosed(ctx, t, retrying, "the recovery to produce the poison record again")
+			if err := produceSync(ctx, p, keyed(0, "a", 0)); err != nil {
+				t.Fatal(err)
+			}
+			ps := newPromises()
+			bad := keyed(0, "a", 1)
+			bad.Value = []byte("POISON")
+			p.Produce(ctx, bad, ps.fn())
+			waitClosed(ctx, t, retrying, "the recovery to produce the poison record again")
 
-	exp0 := []string{"a-0"}
-	for i := 2; i <= 4; i++ {
-		r := keyed(0, "a", i)
-		exp0 = append(exp0, string(r.Value))
-		p.Produce(ctx, r, ps.fn())
-	}
-	var exp1 []string
-	for i := range 5 {
-		r := keyed(1, "b", i)
-		exp1 = append(exp1, string(r.Value))
-		if err := produceSync(ctx, p, r); err != nil {
-			t.Fatalf("partition 1 during partition 0's recovery: %v", err)
-		}
-	}
-	release()
-	ps.wait(ctx, t)
-	checkPoisonDeadLettered(t, ps, bad)
-	expectLog(ctx, t, c, topic, 0, exp0)
-	if got := values(readAll(ctx, t, c, topic, 1)); len(got) < len(exp1) {
-		t.Errorf("partition 1: %v", got)
+			exp0 := []string{"a-0"}
+			for i := 2; i <= 4; i++ {
+				r := keyed(0, "a", i)
+				exp0 = append(exp0, string(r.Value))
+				p.Produce(ctx, r, ps.fn())
+			}
+			var exp1 []string
+			for i := range 5 {
+				r := keyed(1, "b", i)
+				exp1 = append(exp1, string(r.Value))
+				if err := produceSync(ctx, p, r); err != nil {
+					t.Fatalf("partition 1 during partition 0's recovery: %v", err)
+				}
+			}
+			release()
+			ps.wait(ctx, t)
+			checkPoisonDeadLettered(t, ps, bad)
+			expectLog(ctx, t, c, topic, 0, exp0)
+			if got := values(readAll(ctx, t, c, topic, 1)); len(got) < len(exp1) {
+				t.Errorf("partition 1: %v", got)
+			}
+		})
 	}
 }
 
