@@ -129,12 +129,12 @@ func (c *carrier) finish(r *kgo.Record, err error) {
 // lock-free path, whether a carrier or a closure brought it.
 func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Context, promise func(*kgo.Record, error), sp *slowPart) {
 	unpin(r)
-	if sp != nil {
-		u.p.slowOut(u, sp)
-	} else if u.t.pin != nil {
-		u.unpinned.Add(-1)
-	}
 	if err == nil || !isProduceFailure(err) {
+		if sp != nil {
+			u.p.slowOut(u, sp)
+		} else if u.t.pin != nil {
+			u.unpinned.Add(-1)
+		}
 		if err != nil {
 			err = closedErr(err)
 		}
@@ -142,5 +142,7 @@ func (u *unit) finishFast(r *kgo.Record, err error, seq uint64, ctx context.Cont
 		u.countOut()
 		return
 	}
-	u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise}, err)
+	// A failure: finished counts it out of its partition when it
+	// collects it.
+	u.p.finished(u, &pending{seq: seq, ctx: ctx, r: r, promise: promise, sp: sp, up: sp == nil && u.t.pin != nil}, err)
 }

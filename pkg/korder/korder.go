@@ -881,16 +881,18 @@ func (ts *topicState) fastPart(partition int32) *unit {
 // until nothing is in flight, returns after every promise.
 func (p *Producer) finished(u *unit, pd *pending, err error) {
 	unpin(pd.r)
-	sp := pd.sp
-	pd.sp = nil
+	sp, up := pd.sp, pd.up
+	pd.sp, pd.up = nil, false
+	p.mu.Lock()
+	// Counted out under p.mu, with the collection below: a gate that
+	// sees the record out of its partition (gateInflightLocked) must
+	// find it among the unit's failed records.
 	if sp != nil {
 		sp.out.Add(1)
 	}
-	if pd.up {
-		pd.up = false
+	if up {
 		u.unpinned.Add(-1)
 	}
-	p.mu.Lock()
 	if sp != nil && sp.slow.Load() {
 		p.serviceLocked(u, sp)
 	}
