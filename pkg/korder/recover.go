@@ -528,8 +528,22 @@ func (p *Producer) resolve(u *unit, queue []*pending) {
 func (p *Producer) stop(u *unit, cause error, queue []*pending) {
 	p.mu.Lock()
 	u.stopped = cause
+	// The records held now fail with the stop, here: a Resume that comes
+	// before the recovery ends would otherwise find them still held, and
+	// they would be written although they were produced before it.
+	held := u.held
+	u.t.unholdLocked(held)
+	u.held = nil
+	if u.learn {
+		held = append(held, u.failed...)
+		u.failed = nil
+		p.recountLocked(u, nil)
+	}
+	u.wakeLocked()
 	p.updateSlowLocked(u)
 	p.mu.Unlock()
+	queue = append(queue, held...)
+	slices.SortFunc(queue, func(a, b *pending) int { return cmpSeq(a.seq, b.seq) })
 	if u.perPartition() {
 		p.logf(kgo.LogLevelError, "korder: stopping the partition after a produce failure; call Resume to continue", u.logKVs("err", cause)...)
 	} else {
