@@ -117,15 +117,7 @@ func (p *Producer) recover(u *unit) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u.stopped != nil {
-		held := u.held
-		u.t.unholdLocked(held)
-		u.held = nil
-		if u.learn {
-			// Collected since the gate: their topic is stopped.
-			held = append(held, u.failed...)
-			u.failed = nil
-			p.recountLocked(u, nil)
-		}
+		held := p.takeStoppedLocked(u)
 		p.endHoldLocked(u)
 		u.running = false
 		p.updateSlowLocked(u)
@@ -531,14 +523,7 @@ func (p *Producer) stop(u *unit, cause error, queue []*pending) {
 	// The records held now fail with the stop, here: a Resume that comes
 	// before the recovery ends would otherwise find them still held, and
 	// they would be written although they were produced before it.
-	held := u.held
-	u.t.unholdLocked(held)
-	u.held = nil
-	if u.learn {
-		held = append(held, u.failed...)
-		u.failed = nil
-		p.recountLocked(u, nil)
-	}
+	held := p.takeStoppedLocked(u)
 	u.wakeLocked()
 	p.updateSlowLocked(u)
 	p.mu.Unlock()
@@ -898,4 +883,19 @@ func (*Producer) deadLetterRecord(topic string, pd *pending) *kgo.Record {
 			kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 		),
 	}
+}
+
+// takeStoppedLocked takes the records a stopped unit holds, and, with
+// learned holds, those it collected since its gate: they fail with the
+// stop.
+func (p *Producer) takeStoppedLocked(u *unit) []*pending {
+	held := u.held
+	u.t.unholdLocked(held)
+	u.held = nil
+	if u.learn {
+		held = append(held, u.failed...)
+		u.failed = nil
+		p.recountLocked(u, nil)
+	}
+	return held
 }
