@@ -233,11 +233,6 @@ func (p *Producer) releaseBatchesLocked(u *unit) {
 			if err := canceled(pd); err != nil {
 				// Its context ended while it was held: kgo would
 				// fail it and its partition with it.
-				if sp := pd.sp; sp != nil {
-					pd.sp = nil
-					unpin(pd.r)
-					p.slowOut(u, sp)
-				}
 				p.count(func(s *Stats) { s.Canceled++ })
 				pd.promise(pd.r, err)
 				continue

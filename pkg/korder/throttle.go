@@ -410,23 +410,7 @@ func (p *Producer) releaseSlow(u *unit, sp *slowPart) {
 	}
 	sp.releasing = false
 	sp.wakeLocked()
-	if p.closed {
-		p.failQueuedLocked(u.t, sp)
-	}
 	p.maybeUnslowLocked(u.t, sp)
-}
-
-// failQueuedLocked fails sp's held records with ErrClosed; it unlocks and
-// locks p.mu.
-func (p *Producer) failQueuedLocked(ts *topicState, sp *slowPart) {
-	q := sp.queue
-	sp.queue = nil
-	ts.unholdLocked(q)
-	p.mu.Unlock()
-	for _, pd := range q {
-		pd.promise(pd.r, ErrClosed)
-	}
-	p.mu.Lock()
 }
 
 // eachSlowPartLocked calls fn for each slowPart of the topic.
