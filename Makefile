@@ -10,7 +10,7 @@ BIN := $(CURDIR)/bin
 GOLANGCI_LINT := $(BIN)/golangci-lint
 # Our own Go code: everything tracked outside the materialized tree and the
 # tools module.
-OUR_GO = $(shell git ls-files '*.go' | grep -v -E '^(upstream/franz-go|tools)/')
+OUR_GO = $(shell git ls-files '*.go' | grep -v -E '^(upstream/franz-go|upstream/tools)/')
 
 .PHONY: help
 help: ## Print the targets.
@@ -33,15 +33,15 @@ patches-export: ## Regenerate patches/ from the commits in upstream/franz-go.
 patches-check: ## Drift check: fresh download, apply, re-export, compare with patches/.
 	@bash upstream/patchset.sh check
 
-$(GOLANGCI_LINT): tools/go.mod tools/go.sum
-	@echo 'building golangci-lint (pinned in tools/go.mod)'
-	@cd tools && GOWORK=off GOFLAGS=-mod=readonly go build -o $(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+$(GOLANGCI_LINT): upstream/tools/go.mod upstream/tools/go.sum
+	@echo 'building golangci-lint (pinned in upstream/tools/go.mod)'
+	@cd upstream/tools && GOWORK=off GOFLAGS=-mod=readonly go build -o $(GOLANGCI_LINT) github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 .PHONY: lint
 lint: $(GOLANGCI_LINT) ## gofmt and go vet everywhere; upstream's golangci-lint config on our kgo lines.
 	@test -d $(TREE)/.git || { echo 'upstream/franz-go is not materialized; run: make patches-apply'; exit 1; }
 	@echo 'lint: gofmt'
-	@bad=$$( { gofmt -l $(OUR_GO) tools/*.go; cd $(TREE) && git diff --name-only --diff-filter=AM upstream-base -- '*.go' | xargs -r gofmt -l | sed 's#^#$(TREE)/#'; } ); \
+	@bad=$$( { gofmt -l $(OUR_GO) upstream/tools/*.go; cd $(TREE) && git diff --name-only --diff-filter=AM upstream-base -- '*.go' | xargs -r gofmt -l | sed 's#^#$(TREE)/#'; } ); \
 		if [ -n "$$bad" ]; then echo "gofmt -l reports:"; echo "$$bad"; exit 1; fi
 	@echo 'lint: go vet (this module, against the patched tree)'
 	@go vet ./...
@@ -72,7 +72,7 @@ demo: tree ## One keyed workload, one set of failures, three ways (upstream-styl
 
 .PHONY: bench
 bench: tree ## Benchmarks, pristine v1.22.3 vs patched (option off, on), alternated, with benchstat tables.
-	@bash bench/bench.sh
+	@bash tests/bench/bench.sh
 
 .PHONY: upstream-pr
 upstream-pr: ## Write dist/upstream-pr/: the series stripped of downstream metadata, PR.md, v1.22.x compatibility.

@@ -1,4 +1,4 @@
-module github.com/franz-go-ordered/franz-go-ordered/tools
+module github.com/franz-go-ordered/franz-go-ordered/upstream/tools
 
 go 1.26.0
 

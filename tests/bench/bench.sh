@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh: `make bench`. The same benchmark source compiled three ways (one
+# tests/bench/bench.sh: `make bench`. The same benchmark source compiled three ways (one
 # of them twice) and run alternately, then benchstat tables:
 #
 #   pristine  franz-go v1.22.3 from the module proxy (upstream/patchset.sh
@@ -16,7 +16,7 @@
 #             FailPartitionOnProduceFailure off;
 #   on        the same patched binaries with KGO_BENCH_FAIL_STOP=1, which
 #             turns the option on in kgo's hot path benchmarks
-#             (pkg/kgo/produce_fail_stop_test.go) and in bench/e2e.
+#             (pkg/kgo/produce_fail_stop_test.go) and in tests/bench/e2e.
 #
 # Groups (BENCH_GROUPS, default all four, in this order in every round):
 #
@@ -28,10 +28,10 @@
 #             a fixed op count, and they report cpu-ns/op (the process's CPU
 #             time per op, which leaves out the time spent waiting for a CPU
 #             on a shared machine) beside ns/op.
-#   e2e       bench/e2e BenchmarkProduce: keyed records to an in-process
+#   e2e       tests/bench/e2e BenchmarkProduce: keyed records to an in-process
 #             kfake, partitions=8/1024 x codec=none/lz4/zstd, pristine, A/A,
 #             off, on.
-#   failstop  on only: pkg/kgo BenchmarkProduceRejected, bench/e2e
+#   failstop  on only: pkg/kgo BenchmarkProduceRejected, tests/bench/e2e
 #             BenchmarkRejected and BenchmarkRecovery.
 #   korder    patched only: pkg/korder BenchmarkProduce, impl=kgo,
 #             impl=kgo+closure and impl=korder, failures=0%/1%. Each impl
@@ -71,22 +71,22 @@
 #                       GOGC and GOMEMLIMIT for the kgo micro-benchmarks
 #                       (default off and 1GiB).
 #   BENCHTIME_E2E       e2e group, records per run (default 500000x).
-#   BENCHTIME_REJECTED  bench/e2e BenchmarkRejected (default 1s).
-#   BENCHTIME_RECOVERY  bench/e2e BenchmarkRecovery, failures per run
+#   BENCHTIME_REJECTED  tests/bench/e2e BenchmarkRejected (default 1s).
+#   BENCHTIME_RECOVERY  tests/bench/e2e BenchmarkRecovery, failures per run
 #                       (default 500x).
 #   BENCHTIME_KORDER    korder group, records per run (default 1000000x: a
 #                       run must see a handful of 1% failures).
 #   BENCH_OUT           directory for the raw results (one file per group and
 #                       side), machine.txt and tables.txt (default
-#                       bench/out/<UTC time>; bench/out is gitignored and
-#                       bench/out/latest points at the last run). Re-print a
-#                       table from it with bench/out/bin/benchstat.
+#                       tests/bench/out/<UTC time>; tests/bench/out is gitignored and
+#                       tests/bench/out/latest points at the last run). Re-print a
+#                       table from it with tests/bench/out/bin/benchstat.
 #   BENCHSTAT           a benchstat binary to use instead of installing
 #                       golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION
-#                       into bench/out/bin.
+#                       into tests/bench/out/bin.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tree=$root/upstream/franz-go
 patches=$root/patches
 benchstat_version=${BENCHSTAT_VERSION:-v0.0.0-20260908200009-22c9c6c9d4da}
@@ -122,11 +122,11 @@ bt_korder=${BENCHTIME_KORDER:-${BENCHTIME:-1000000x}}
 [[ -d $tree/.git ]] || die "upstream/franz-go is not materialized; run: make patches-apply"
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-out=${BENCH_OUT:-$root/bench/out/$stamp}
+out=${BENCH_OUT:-$root/tests/tests/bench/out/$stamp}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -z ${BENCH_OUT:-} ]]; then
-	ln -sfn "$stamp" "$root/bench/out/latest"
+	ln -sfn "$stamp" "$root/tests/tests/bench/out/latest"
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
@@ -142,7 +142,7 @@ elapsed() {
 # The header: what ran, where, how. Kept as machine.txt next to the results.
 {
 	echo "make bench ($(date -u '+%Y-%m-%d %H:%M:%S UTC'))"
-	printf 'command: BENCH_COUNT=%s BENCH_GROUPS="%s" BENCHTIME_KGO=%s BENCH_KGO_RUNS=%s BENCHTIME_E2E=%s BENCHTIME_REJECTED=%s BENCHTIME_RECOVERY=%s BENCHTIME_KORDER=%s bash bench/bench.sh\n' \
+	printf 'command: BENCH_COUNT=%s BENCH_GROUPS="%s" BENCHTIME_KGO=%s BENCH_KGO_RUNS=%s BENCHTIME_E2E=%s BENCHTIME_REJECTED=%s BENCHTIME_RECOVERY=%s BENCHTIME_KORDER=%s bash tests/bench/bench.sh\n' \
 		"$count" "${groups[*]}" "$bt_kgo" "$kgo_runs" "$bt_e2e" "$bt_rejected" "$bt_recovery" "$bt_korder"
 	echo "kgo micro-benchmarks: ${micro_env[*]} $micro_flags"
 	echo "machine: $(nproc) CPUs, $(grep -m1 '^model name' /proc/cpuinfo | sed 's/^[^:]*: *//'), $(awk '/^MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo), $(uname -srm)"
@@ -161,11 +161,11 @@ echo
 if [[ -n ${BENCHSTAT:-} ]]; then
 	benchstat=$BENCHSTAT
 else
-	benchstat=$root/bench/out/bin/benchstat
+	benchstat=$root/tests/tests/bench/out/bin/benchstat
 	if [[ ! -x $benchstat ]] || ! go version -m "$benchstat" 2>/dev/null | grep -q "golang.org/x/perf[[:space:]]*$benchstat_version"; then
-		echo "installing benchstat@$benchstat_version into bench/out/bin"
+		echo "installing benchstat@$benchstat_version into tests/bench/out/bin"
 		# From $work, so that no go.mod or go.work applies.
-		(cd "$work" && GOWORK=off GOFLAGS="" GOBIN="$root/bench/out/bin" go install "golang.org/x/perf/cmd/benchstat@$benchstat_version")
+		(cd "$work" && GOWORK=off GOFLAGS="" GOBIN="$root/tests/tests/bench/out/bin" go install "golang.org/x/perf/cmd/benchstat@$benchstat_version")
 	fi
 fi
 
@@ -213,11 +213,11 @@ if want kgo; then
 	build kgo-aa "$pristine/pkg/kgo" off . # A/A: the same build again
 fi
 if want e2e || want failstop; then
-	build e2e-patched "$root" "$root/go.work" ./bench/e2e
+	build e2e-patched "$root" "$root/go.work" ./tests/bench/e2e
 fi
 if want e2e; then
-	build e2e-pristine "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
-	build e2e-aa "$root" "$work/pristine/go.work" -tags pristine ./bench/e2e
+	build e2e-pristine "$root" "$work/pristine/go.work" -tags pristine ./tests/bench/e2e
+	build e2e-aa "$root" "$work/pristine/go.work" -tags pristine ./tests/bench/e2e
 fi
 if want korder || want isolation; then
 	build korder "$root" "$root/go.work" ./pkg/korder
@@ -280,10 +280,10 @@ run_kgo() {
 }
 e2e_side() { # 0..3: pristine, A/A, off, on
 	case $1 in
-	0) run e2e-pristine.txt "$root/bench/e2e" e2e-pristine '^BenchmarkProduce$' "$bt_e2e" "" ;;
-	1) run e2e-aa.txt "$root/bench/e2e" e2e-aa '^BenchmarkProduce$' "$bt_e2e" "" ;;
-	2) run e2e-off.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" ;;
-	3) run e2e-on.txt "$root/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" "$on_env" ;;
+	0) run e2e-pristine.txt "$root/tests/bench/e2e" e2e-pristine '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	1) run e2e-aa.txt "$root/tests/bench/e2e" e2e-aa '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	2) run e2e-off.txt "$root/tests/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" ;;
+	3) run e2e-on.txt "$root/tests/bench/e2e" e2e-patched '^BenchmarkProduce$' "$bt_e2e" "" "$on_env" ;;
 	esac
 }
 run_e2e() {
@@ -292,8 +292,8 @@ run_e2e() {
 }
 run_failstop() {
 	run failstop.txt "$tree/pkg/kgo" kgo-patched '^BenchmarkProduceRejected$' "$bt_kgo" "$micro_flags" "${micro_env[@]}" "$on_env"
-	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRejected$' "$bt_rejected" "" "$on_env"
-	run failstop.txt "$root/bench/e2e" e2e-patched '^BenchmarkRecovery$' "$bt_recovery" "" "$on_env"
+	run failstop.txt "$root/tests/bench/e2e" e2e-patched '^BenchmarkRejected$' "$bt_rejected" "" "$on_env"
+	run failstop.txt "$root/tests/bench/e2e" e2e-patched '^BenchmarkRecovery$' "$bt_recovery" "" "$on_env"
 }
 korder_impls=(kgo 'kgo\+closure' korder) # -test.bench patterns
 run_korder() {

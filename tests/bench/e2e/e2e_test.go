@@ -1,5 +1,5 @@
 // Package e2e_test holds the end-to-end produce benchmarks of `make bench`
-// (bench/bench.sh): a real kgo client producing to an in-process kfake
+// (tests/bench/bench.sh): a real kgo client producing to an in-process kfake
 // cluster. It has only test files, and builds three ways from the same
 // source:
 //
