@@ -13,14 +13,15 @@ import (
 type result struct {
 	mode                string
 	produced            int
-	failed              int // records kgo failed at least once
-	writtenAfterFailure int // see the footnote printed under the table
-	outOfOrderKeys      int // keys whose sequence goes backwards in the log
-	lost                int // in no log, and the application was never told
-	givenUp             int // in no log, and the application knows
-	givenUpCollateral   int // of which not poison, failing only with INVALID_RECORD
-	deadLettered        int // in the dead-letter topic (and not in the demo topic)
-	duplicates          int // extra copies of a record in the demo topic
+	failed              int    // records kgo failed at least once
+	writtenAfterFailure int    // see the footnote printed under the table
+	outOfOrderKeys      int    // keys whose sequence goes backwards in the log
+	outOfOrderSample    string // one instance, for the note under the table
+	lost                int    // in no log, and the application was never told
+	givenUp             int    // in no log, and the application knows
+	givenUpCollateral   int    // of which not poison, failing only with INVALID_RECORD
+	deadLettered        int    // in the dead-letter topic (and not in the demo topic)
+	duplicates          int    // extra copies of a record in the demo topic
 }
 
 // readBack reads every partition of the demo and dead-letter topics from the
@@ -96,6 +97,7 @@ func evaluate(w *workload, recs []recState, logs [][]*kgo.Record, dlq []*kgo.Rec
 	backwards := make(map[string]bool)
 	for p, log := range logs {
 		maxSeq := make(map[string]int)
+		maxOff := make(map[string]int64)
 		for _, r := range log {
 			id, key, seq, parsed := parse(r.Value)
 			if !parsed || id < 0 || id >= n || w.part[id] != int32(p) || string(w.key[id]) != key {
@@ -107,9 +109,13 @@ func evaluate(w *workload, recs []recState, logs [][]*kgo.Record, dlq []*kgo.Rec
 				offset[id] = r.Offset
 			}
 			if m, seen := maxSeq[key]; seen && seq < m {
+				if res.outOfOrderSample == "" {
+					res.outOfOrderSample = fmt.Sprintf("key %s: seq %d is at offset %d of partition %d, after seq %d at offset %d",
+						key, seq, r.Offset, p, m, maxOff[key])
+				}
 				backwards[key] = true
 			} else if !seen || seq > m {
-				maxSeq[key] = seq
+				maxSeq[key], maxOff[key] = seq, r.Offset
 			}
 		}
 	}

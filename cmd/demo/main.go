@@ -39,6 +39,12 @@ func main() {
 	}
 	printTable(os.Stdout, cfg, results)
 	fmt.Fprintf(os.Stdout, "\n(%d records, %d keys, %d partitions; ran in %.1fs)\n", cfg.records, cfg.keys, cfg.partitions, time.Since(start).Seconds())
+	fmt.Fprint(os.Stdout, `
+Where to look next:
+  cmd/demo/modes.go   the three modes; "fail-stop + manual" is the recovery protocol by hand
+  pkg/korder          the Producer that runs that protocol for you (go doc ./pkg/korder)
+  README.md           the guarantee, and using the fork and korder from your module (make export)
+`)
 }
 
 // run runs every mode in turn, each on a fresh cluster, and returns a row
@@ -107,26 +113,36 @@ func runBounded(ctx context.Context, fn func() error) error {
 	}
 }
 
-// startProgress rewrites one status line on w (with a carriage return, so
-// that it stays one line on a terminal) until the returned function is
-// called, which blanks it.
+// startProgress reports progress on w until the returned function is
+// called. On a terminal it rewrites one status line (with a carriage
+// return, blanked at the end); otherwise (a log, a pipe) it writes a line
+// when the mode starts, one a second, and one when it ends.
 func startProgress(w io.Writer, label string, total int, t *tracker) func() {
 	if w == nil {
 		return func() {}
 	}
+	tty := isTerminal(w)
 	quit := make(chan struct{})
 	var wg sync.WaitGroup
 	last := 0
 	line := func(s string) {
-		fmt.Fprintf(w, "\r%-*s", last, s)
-		last = len(s)
+		if tty {
+			fmt.Fprintf(w, "\r%-*s", last, s)
+			last = len(s)
+			return
+		}
+		fmt.Fprintln(w, s)
 	}
 	status := func() string {
-		return fmt.Sprintf("demo %s: produced %d/%d, settled %d, kgo failures %d",
+		return fmt.Sprintf("demo %s: produced %d/%d, settled %d, failed attempts %d (a record can fail more than once)",
 			label, t.produced.Load(), total, t.nSettled.Load(), t.kgoFailures.Load())
 	}
+	every := 100 * time.Millisecond
+	if !tty {
+		every = time.Second
+	}
 	wg.Go(func() {
-		tk := time.NewTicker(100 * time.Millisecond)
+		tk := time.NewTicker(every)
 		defer tk.Stop()
 		for {
 			line(status())
@@ -140,9 +156,23 @@ func startProgress(w io.Writer, label string, total int, t *tracker) func() {
 	return func() {
 		close(quit)
 		wg.Wait()
-		line("")
-		fmt.Fprint(w, "\r")
+		if tty {
+			line("")
+			fmt.Fprint(w, "\r")
+			return
+		}
+		line(status() + ", done")
 	}
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 type column struct {
@@ -273,6 +303,12 @@ func printTable(w io.Writer, cfg config, results []result) {
 		}
 		if r.duplicates > 0 {
 			fmt.Fprintf(&b, "%s wrote %d duplicate copies (counted once above).\n", r.mode, r.duplicates)
+		}
+	}
+	for _, r := range results {
+		if r.outOfOrderSample != "" {
+			fmt.Fprintf(&b, "\nAn out-of-order key, %s:\n  %s\n  (seq is the key's produce order: the later record overtook a failed one).\n", r.mode, r.outOfOrderSample)
+			break
 		}
 	}
 	io.WriteString(w, b.String())
