@@ -49,8 +49,8 @@ cleanup() {
 trap cleanup EXIT
 
 rc=0
-report() { # suite json
-	go run "$root/tests/suitereport" -suite "$1" -baseline "$baseline" "$2" || rc=1
+report() { # suite json run-pattern
+	go run "$root/tests/suitereport" -suite "$1" -baseline "$baseline" -run "$3" "$2" || rc=1
 }
 
 # run_kgo ATTEMPT: one run of the kgo suite, against a kfake started for it
@@ -78,7 +78,7 @@ run_kgo() {
 	(cd "$tree" && KGO_SEEDS=$seeds KGO_TEST_RECORDS=$KGO_TEST_RECORDS GOWORK=off go test -race -count=1 -json -timeout "$TEST_TIMEOUT" ${KGO_RUN:+-run "$KGO_RUN"} ./pkg/kgo >"$work/kgo.json" 2>"$work/kgo.stderr") || true
 	cat "$work/kgo.stderr" >&2
 	local ok=0
-	go run "$root/tests/suitereport" -suite kgo -baseline "$baseline" "$work/kgo.json" | tee "$work/kgo-$attempt.txt" || ok=1
+	go run "$root/tests/suitereport" -suite kgo -baseline "$baseline" -run "${KGO_RUN:-}" "$work/kgo.json" | tee "$work/kgo-$attempt.txt" || ok=1
 	if [ -n "$server_pid" ]; then
 		kill "$server_pid" 2>/dev/null || true
 		wait "$server_pid" 2>/dev/null || true
@@ -122,7 +122,7 @@ EOW
 	echo "test-upstream: kfake $kfake_ver: go test -race -run '$KFAKE_RUN' (against the patched tree)"
 	(cd "$work/kfake" && go test -race -count=1 -json -timeout "$TEST_TIMEOUT" -run "$KFAKE_RUN" . >"$work/kfake.json" 2>"$work/kfake.stderr") || true
 	cat "$work/kfake.stderr" >&2
-	report kfake "$work/kfake.json"
+	report kfake "$work/kfake.json" "$KFAKE_RUN"
 fi
 
 exit $rc

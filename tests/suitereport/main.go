@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -35,9 +36,10 @@ type event struct {
 func main() {
 	suite := flag.String("suite", "", "suite name, as used in the baseline file (e.g. kgo, kfake)")
 	baselinePath := flag.String("baseline", "", "baseline file of known failures")
+	runPattern := flag.String("run", "", "the go test -run pattern of the run (empty: every test), to say why a baseline entry did not run")
 	flag.Parse()
 	if *suite == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: suitereport -suite NAME [-baseline FILE] TEST.json")
+		fmt.Fprintln(os.Stderr, "usage: suitereport -suite NAME [-baseline FILE] [-run PATTERN] TEST.json")
 		os.Exit(2)
 	}
 	baseline, err := readBaseline(*baselinePath, *suite)
@@ -51,7 +53,7 @@ func main() {
 		os.Exit(2)
 	}
 	defer f.Close()
-	r, err := judge(f, *suite, baseline)
+	r, err := judge(f, *suite, baseline, *runPattern)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "suitereport:", err)
 		os.Exit(2)
@@ -92,7 +94,7 @@ type result struct {
 	text string
 }
 
-func judge(r io.Reader, suite string, baseline map[string]string) (result, error) {
+func judge(r io.Reader, suite string, baseline map[string]string, runPattern string) (result, error) {
 	var (
 		status    = make(map[string]string) // top-level test => pass, fail, skip
 		subtests  int
@@ -226,10 +228,15 @@ func judge(r io.Reader, suite string, baseline map[string]string) (result, error
 	for _, name := range fixed {
 		fmt.Fprintf(&b, "%s: NOTE baseline entry %s now passes; remove it from the baseline\n", suite, name)
 	}
+	var notRun []string
 	for name := range baseline {
 		if _, ran := status[name]; !ran {
-			fmt.Fprintf(&b, "%s: NOTE baseline entry %s did not run\n", suite, name)
+			notRun = append(notRun, name)
 		}
+	}
+	slices.Sort(notRun)
+	for _, name := range notRun {
+		fmt.Fprintf(&b, "%s: NOTE baseline entry %s did not run: %s\n", suite, name, whyNotRun(name, runPattern))
 	}
 	if len(status) == 0 {
 		ok = false
@@ -263,4 +270,17 @@ func testGoroutines(lines []string, max int) []string {
 	}
 	flush()
 	return out
+}
+
+// whyNotRun says why a baseline entry did not run: the run's -run pattern
+// did not select it (expected, nothing to do), or it did and the test is
+// gone (renamed or removed upstream: the entry may be stale).
+func whyNotRun(name, runPattern string) string {
+	top, _, _ := strings.Cut(runPattern, "/")
+	if top != "" {
+		if re, err := regexp.Compile(top); err == nil && !re.MatchString(name) {
+			return fmt.Sprintf("this run's -run %q does not select it, so it was not checked (expected)", runPattern)
+		}
+	}
+	return "this run selects it, but no such test ran: renamed or removed upstream? check the baseline entry"
 }

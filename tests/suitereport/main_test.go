@@ -26,6 +26,7 @@ func TestJudge(t *testing.T) {
 		name     string
 		input    string
 		baseline map[string]string
+		run      string
 		ok       bool
 		contains []string
 		excludes []string
@@ -54,7 +55,15 @@ func TestJudge(t *testing.T) {
 			input:    ev("pass", "TestA"),
 			baseline: map[string]string{"TestA": "x", "TestGone": "y"},
 			ok:       true,
-			contains: []string{"NOTE baseline entry TestA now passes", "NOTE baseline entry TestGone did not run"},
+			contains: []string{"NOTE baseline entry TestA now passes", "NOTE baseline entry TestGone did not run: this run selects it, but no such test ran"},
+		},
+		{
+			name:     "baseline entry not selected by -run",
+			input:    ev("pass", "TestA"),
+			baseline: map[string]string{"TestGone": "y"},
+			run:      "A|B",
+			ok:       true,
+			contains: []string{`NOTE baseline entry TestGone did not run: this run's -run "A|B" does not select it, so it was not checked (expected)`},
 		},
 		{
 			name:     "panic without failing test",
@@ -92,7 +101,7 @@ func TestJudge(t *testing.T) {
 			if baseline == nil {
 				baseline = map[string]string{}
 			}
-			r, err := judge(strings.NewReader(test.input), "s", baseline)
+			r, err := judge(strings.NewReader(test.input), "s", baseline, test.run)
 			if err != nil {
 				t.Fatal(err)
 			}
