@@ -1,5 +1,5 @@
 // Package consumer is a fixture that builds against the patched franz-go
-// through the README's replace directive, the way a user's module does.
+// through one version-less replace directive to the materialized tree.
 package consumer
 
 import (

@@ -1,5 +1,6 @@
-// A stand-in for a user's module: it consumes the patched franz-go exactly
-// as the README tells users to, with one version-less replace directive.
+// A stand-in for a user's module that builds against a checkout of this
+// repository: one version-less replace directive to upstream/franz-go (the
+// portable way, from `make export`, is tested by tests/exportfixture).
 module example.com/consumer
 
 go 1.26.0
