@@ -25,5 +25,5 @@ if ! grep -q -- '--- FAIL: TestInvariant' "$work/out"; then
 	exit 1
 fi
 echo "pristine-baseline: expected result: the test fails on pristine v1.22.3; its first failure lines (expected, not a problem):"
-grep -E -- '_test.go:[0-9]+:' "$work/out" | head -3 | sed 's/^/    (expected on pristine) /'
+grep -E -- '_test.go:[0-9]+:' "$work/out" | head -3 | sed 's/^[[:space:]]*/    (expected on pristine) /'
 echo "pristine-baseline: ok: pristine v1.22.3 violates the ordering invariant, as expected; the patched tree passes the same test in test-ours"
