@@ -122,11 +122,11 @@ bt_korder=${BENCHTIME_KORDER:-${BENCHTIME:-1000000x}}
 [[ -d $tree/.git ]] || die "upstream/franz-go is not materialized; run: make patches-apply"
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-out=${BENCH_OUT:-$root/tests/tests/bench/out/$stamp}
+out=${BENCH_OUT:-$root/tests/bench/out/$stamp}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 if [[ -z ${BENCH_OUT:-} ]]; then
-	ln -sfn "$stamp" "$root/tests/tests/bench/out/latest"
+	ln -sfn "$stamp" "$root/tests/bench/out/latest"
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/bench.XXXXXX")
@@ -161,11 +161,11 @@ echo
 if [[ -n ${BENCHSTAT:-} ]]; then
 	benchstat=$BENCHSTAT
 else
-	benchstat=$root/tests/tests/bench/out/bin/benchstat
+	benchstat=$root/tests/bench/out/bin/benchstat
 	if [[ ! -x $benchstat ]] || ! go version -m "$benchstat" 2>/dev/null | grep -q "golang.org/x/perf[[:space:]]*$benchstat_version"; then
 		echo "installing benchstat@$benchstat_version into tests/bench/out/bin"
 		# From $work, so that no go.mod or go.work applies.
-		(cd "$work" && GOWORK=off GOFLAGS="" GOBIN="$root/tests/tests/bench/out/bin" go install "golang.org/x/perf/cmd/benchstat@$benchstat_version")
+		(cd "$work" && GOWORK=off GOFLAGS="" GOBIN="$root/tests/bench/out/bin" go install "golang.org/x/perf/cmd/benchstat@$benchstat_version")
 	fi
 fi
 
