@@ -22,7 +22,7 @@ help: ## Print the targets.
 	@echo '(test-upstream: use that cluster instead of starting kfake), KGO_RUN, KFAKE_RUN.'
 
 .PHONY: patches-apply
-patches-apply: ## Materialize franz-go from the module proxy into upstream/franz-go and apply patches/.
+patches-apply: ## Materialize franz-go (and kfake, in pkg/kfake) from the module proxy into upstream/franz-go and apply patches/.
 	@bash upstream/patchset.sh apply $(if $(FORCE),--force)
 
 .PHONY: patches-export
