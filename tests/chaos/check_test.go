@@ -334,7 +334,7 @@ func (r *run) maybeWrittenLocked(rr *rec) bool {
 // request), or the broker lost the producer state; the record may then be in
 // the log, and producing it again duplicates it (documented on
 // FailPartitionOnProduceFailure; reproduced by
-// TestBugLostResponseThenNonRetryable). Patched kgo says so with
+// TestLostResponseThenNonRetryable). Patched kgo says so with
 // ErrPossiblyWritten. CORRUPT_MESSAGE counts as non-retryable: kerr marks it
 // retriable, but kgo fails the batch on it.
 func (r *run) nonRetryableAfterUnsureLocked(rr *rec) bool {
