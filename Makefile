@@ -79,7 +79,7 @@ clean: ##u Remove build output (bin/, dist/, tests/bench/out/); keeps upstream/f
 # ---- maintainer targets --------------------------------------------------
 
 .PHONY: patches-apply
-patches-apply: ##m Materialize franz-go from the module proxy into upstream/franz-go and apply patches/ (seconds).
+patches-apply: ##m Materialize franz-go (and kfake, in pkg/kfake) from the module proxy into upstream/franz-go and apply patches/ (seconds).
 	@bash upstream/patchset.sh apply $(if $(FORCE),--force)
 
 .PHONY: patches-export
@@ -112,6 +112,8 @@ lint: $(GOLANGCI_LINT) ##m gofmt and go vet everywhere; upstream's golangci-lint
 	@cd tests/bench/chart && GOWORK=off go vet ./...
 	@echo 'lint: go vet (patched franz-go)'
 	@cd $(TREE) && GOWORK=off go vet ./pkg/...
+	@echo 'lint: go vet (patched kfake, a module of its own, through go.work)'
+	@go vet github.com/twmb/franz-go/pkg/kfake/...
 	@echo "lint: golangci-lint with upstream's .golangci.yml, new lines since upstream-base only"
 	@cd $(TREE) && GOWORK=off $(GOLANGCI_LINT) run --timeout=10m --new-from-rev=upstream-base ./...
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # patchset.sh: materialize the pinned franz-go and carry the patch series.
 #
-#   patchset.sh apply [--force]   download the pinned module through the Go
-#                                 module proxy, check its hash, and rebuild
+#   patchset.sh apply [--force]   download the pinned modules (franz-go, and
+#                                 kfake into pkg/kfake, its path in franz-go's
+#                                 repository) through the Go module proxy,
+#                                 check their hashes, and rebuild
 #                                 upstream/franz-go as a git repo: one base
 #                                 commit, then one commit per patch (git am,
 #                                 in the order of patches/series, zero fuzz).
@@ -28,6 +30,9 @@ pin() { awk -v k="$1" '$1 == k { print $2 }' "$root/upstream/PIN"; }
 module=$(pin module)
 version=$(pin version)
 hash=$(pin h1)
+kfake_module=$(pin kfake-module)
+kfake_version=$(pin kfake-version)
+kfake_hash=$(pin kfake-h1)
 
 die() { printf 'patchset: %s\n' "$*" >&2; exit 1; }
 say() { printf 'patchset: %s\n' "$*" >&2; }
@@ -56,33 +61,46 @@ series_names() {
 	grep -v -E '^[[:space:]]*(#|$)' "$series" | sed -e 's/[[:space:]]*$//'
 }
 
-# download DESTVAR [GOMODCACHE]: go mod download the pinned module, check the
-# hash, and set DESTVAR to its extracted directory.
+# download DESTVAR MODULE VERSION HASH [GOMODCACHE]: go mod download a pinned
+# module, check its hash, and set DESTVAR to its extracted directory.
 download() {
 	local -n _dir=$1
-	local cache=${2:-}
+	local mod=$2 ver=$3 want=$4 cache=${5:-}
 	local json
 	local env=(GOFLAGS= GOWORK=off)
 	[ -n "$cache" ] && env+=("GOMODCACHE=$cache")
 	# Run outside any module, so that no go.mod or go.sum is read or written.
-	json=$(cd / && env "${env[@]}" go mod download -json "$module@$version") ||
-		die "go mod download $module@$version failed: $json"
+	json=$(cd / && env "${env[@]}" go mod download -json "$mod@$ver") ||
+		die "go mod download $mod@$ver failed: $json"
 	local got moddir
 	got=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p')
 	moddir=$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-	[ -n "$moddir" ] && [ -d "$moddir" ] || die "go mod download did not report a directory for $module@$version"
-	[ "$got" = "$hash" ] || die "hash mismatch for $module@$version: the proxy served $got, upstream/PIN says $hash"
+	[ -n "$moddir" ] && [ -d "$moddir" ] || die "go mod download did not report a directory for $mod@$ver"
+	[ "$got" = "$want" ] || die "hash mismatch for $mod@$ver: the proxy served $got, upstream/PIN says $want"
 	_dir=$moddir
 }
 
-# materialize SRC DEST [NPATCHES]: copy the module into DEST, make it a git
-# repo with one deterministic base commit tagged upstream-base, then git am
-# the series (only its first NPATCHES patches, if given).
+# download_all DESTVAR KFAKEVAR [GOMODCACHE]: download franz-go and kfake.
+download_all() {
+	local -n _fdir=$1 _kdir=$2
+	local d k
+	download d "$module" "$version" "$hash" "${3:-}"
+	download k "$kfake_module" "$kfake_version" "$kfake_hash" "${3:-}"
+	_fdir=$d _kdir=$k
+}
+
+# materialize SRC KFAKESRC DEST [NPATCHES]: copy the module into DEST and
+# kfake into DEST/pkg/kfake, make it a git repo with one deterministic base
+# commit tagged upstream-base, then git am the series (only its first
+# NPATCHES patches, if given).
 materialize() {
-	local src=$1 dest=$2 max=${3:--1}
+	local src=$1 ksrc=$2 dest=$3 max=${4:--1}
 	rm -rf "$dest"
 	mkdir -p "$dest"
 	cp -R "$src/." "$dest/"
+	[ ! -e "$dest/pkg/kfake" ] || die "$module $version already holds pkg/kfake"
+	mkdir -p "$dest/pkg/kfake"
+	cp -R "$ksrc/." "$dest/pkg/kfake/"
 	chmod -R u+w "$dest"
 	(
 		cd "$dest"
@@ -91,7 +109,7 @@ materialize() {
 		g add -A
 		GIT_AUTHOR_NAME=upstream GIT_AUTHOR_EMAIL=upstream@localhost \
 			GIT_AUTHOR_DATE='2000-01-01T00:00:00Z' \
-			g commit -q --no-verify -m "$module $version" -m "Pristine module as served by the Go module proxy ($hash)."
+			g commit -q --no-verify -m "$module $version" -m "Pristine modules as served by the Go module proxy: $module $version ($hash), and $kfake_module $kfake_version ($kfake_hash) in pkg/kfake."
 		g tag upstream-base
 		local name n=0
 		while IFS= read -r name; do
@@ -176,10 +194,10 @@ cmd_apply() {
   To throw it away and rebuild from patches/:
       make patches-apply FORCE=1"
 	fi
-	local dir
-	download dir
-	materialize "$dir" "$tree"
-	say "upstream/franz-go is $module $version + $(series_names | wc -l) patches (base $(cd "$tree" && git rev-parse --short=12 upstream-base))"
+	local dir kdir
+	download_all dir kdir
+	materialize "$dir" "$kdir" "$tree"
+	say "upstream/franz-go is $module $version (with kfake $kfake_version) + $(series_names | wc -l) patches (base $(cd "$tree" && git rev-parse --short=12 upstream-base))"
 }
 
 cmd_export() {
@@ -203,11 +221,11 @@ cmd_check() {
 	tmp=$(mktemp -d)
 	# shellcheck disable=SC2064
 	trap "chmod -R u+w '$tmp' 2>/dev/null; rm -rf '$tmp'" EXIT
-	local dir
-	# A throwaway module cache: the module really comes from the proxy, and
-	# its hash is checked against the pin, not against a cached copy.
-	download dir "$tmp/modcache"
-	if ! (materialize "$dir" "$tmp/franz-go"); then
+	local dir kdir
+	# A throwaway module cache: the modules really come from the proxy, and
+	# their hashes are checked against the pin, not against a cached copy.
+	download_all dir kdir "$tmp/modcache"
+	if ! (materialize "$dir" "$kdir" "$tmp/franz-go"); then
 		exit 1
 	fi
 	export_to "$tmp/patches" "$tmp/franz-go"
@@ -222,22 +240,24 @@ cmd_check() {
 }
 
 # cmd_pristine DEST: materialize pristine upstream (no patches) into
-# DEST/franz-go, and write DEST/go.work using this repository and that tree,
+# DEST/franz-go, and write DEST/go.work using this repository, that tree and
+# its pkg/kfake,
 # for tests that must fail on pristine upstream (GOWORK=DEST/go.work).
 cmd_pristine() {
 	[ -n "${1:-}" ] || die "usage: patchset.sh pristine DEST"
-	local dir
-	download dir
-	materialize "$dir" "$1/franz-go" 0
+	local dir kdir
+	download_all dir kdir
+	materialize "$dir" "$kdir" "$1/franz-go" 0
 	cat >"$1/go.work" <<EOW
 go 1.26.0
 
 use (
 	$root
 	$1/franz-go
+	$1/franz-go/pkg/kfake
 )
 EOW
-	say "$1/franz-go is pristine $module $version; use GOWORK=$1/go.work"
+	say "$1/franz-go is pristine $module $version (with kfake $kfake_version); use GOWORK=$1/go.work"
 }
 
 case "${1:-}" in

@@ -6,8 +6,10 @@
 #    loopback ports). If KGO_SEEDS is already set, that cluster is used
 #    instead and no kfake is started: the same suite then runs unchanged
 #    against a real Kafka or Redpanda cluster.
-# 2. kfake's own producer/sink tests (KFAKE_RUN), from a writable copy of the
-#    kfake module wired to the patched tree through a go.work.
+# 2. kfake's own producer/sink tests (KFAKE_RUN), on the patched kfake in
+#    the tree (pkg/kfake, materialized with franz-go) wired to the patched kgo
+#    through a go.work. The kfake cluster of step 1 is built from it too
+#    (tests/kfakeserver, through the repository's go.work).
 #
 # Failures are judged against upstream/baseline-failures.txt: a failure not in
 # it fails this script; a baseline entry that passes is reported. A kgo run in
@@ -25,8 +27,6 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tree=${TREE:-$root/upstream/franz-go}
 baseline="$root/upstream/baseline-failures.txt"
-kfake_mod=github.com/twmb/franz-go/pkg/kfake
-kfake_ver=$(cd "$root" && GOWORK=off go list -m -f '{{.Version}}' "$kfake_mod")
 
 : "${KGO_TEST_RECORDS:=50000}"
 : "${KGO_RUN:=}"
@@ -107,20 +107,17 @@ if [[ " $SUITES " == *" kgo "* ]]; then
 fi
 
 if [[ " $SUITES " == *" kfake "* ]]; then
-	src=$(cd / && GOFLAGS= GOWORK=off go mod download -json "$kfake_mod@$kfake_ver" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
-	[ -d "$src" ] || { echo "test-upstream: could not download $kfake_mod@$kfake_ver" >&2; exit 1; }
-	cp -R "$src" "$work/kfake"
-	chmod -R u+w "$work/kfake"
-	cat >"$work/kfake/go.work" <<EOW
+	[ -d "$tree/pkg/kfake" ] || { echo "test-upstream: $tree has no pkg/kfake; run: make patches-apply" >&2; exit 1; }
+	cat >"$work/kfake.work" <<EOW
 go 1.26.0
 
 use (
-	.
+	$tree/pkg/kfake
 	$tree
 )
 EOW
-	echo "test-upstream: kfake $kfake_ver: go test -race -run '$KFAKE_RUN' (against the patched tree)"
-	(cd "$work/kfake" && go test -race -count=1 -json -timeout "$TEST_TIMEOUT" -run "$KFAKE_RUN" . >"$work/kfake.json" 2>"$work/kfake.stderr") || true
+	echo "test-upstream: kfake (patched, pkg/kfake): go test -race -run '$KFAKE_RUN' (against the patched tree)"
+	(cd "$tree/pkg/kfake" && GOWORK="$work/kfake.work" go test -race -count=1 -json -timeout "$TEST_TIMEOUT" -run "$KFAKE_RUN" . >"$work/kfake.json" 2>"$work/kfake.stderr") || true
 	cat "$work/kfake.stderr" >&2
 	report kfake "$work/kfake.json" "$KFAKE_RUN"
 fi

@@ -8,6 +8,11 @@
 #   c-delivery-timeout   RecordDeliveryTimeout measured from batch creation
 #   d-lost-response      an idempotent batch whose response was lost is
 #                        retried until answered
+#   e-never-renumber     an idempotent batch that may be in the log is never
+#                        renumbered; ErrPossiblyWritten
+#   f-kfake-epoch        kfake: an idempotent producer's epoch per partition
+#                        (kfake, at its pinned version, is in pkg/kfake of
+#                        every tree, as patchset.sh materializes it)
 #
 # Each folder holds:
 #
@@ -43,16 +48,20 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 out="$root/dist/upstream-pr"
 module=github.com/twmb/franz-go
 pinned=$(awk '$1 == "version" { print $2 }' "$root/upstream/PIN")
+kfake_module=$(awk '$1 == "kfake-module" { print $2 }' "$root/upstream/PIN")
+kfake_version=$(awk '$1 == "kfake-version" { print $2 }' "$root/upstream/PIN")
 : "${UPSTREAM_PR_SUITE:=0}"
 : "${UPSTREAM_PR_TESTS:=1}"
 
 # The PRs in order, each with its patches (in series order).
-PRS=(a-fail-stop b-steering c-delivery-timeout d-lost-response)
+PRS=(a-fail-stop b-steering c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch)
 declare -A PR_PATCHES=(
 	[a-fail-stop]="kgo-add-produce-hot-path-benchmarks.patch kgo-add-FailPartitionOnProduceFailure.patch"
 	[b-steering]="kgo-route-unkeyed-records-around-failed-produce-partitions.patch"
 	[c-delivery-timeout]="kgo-measure-RecordDeliveryTimeout-from-when-a-record-s-batch.patch"
 	[d-lost-response]="kgo-keep-retrying-an-idempotent-batch-whose-request-may-have.patch"
+	[e-never-renumber]="kgo-never-renumber-a-batch-that-may-already-have-been-writte.patch"
+	[f-kfake-epoch]="kfake-check-an-idempotent-producer-s-epoch-per-partition.patch"
 )
 # PRs whose code applies alone to the pinned version:
 # "EXCLUDES|TESTFILE|TESTS|ONLY". EXCLUDES are paths (git apply --exclude)
@@ -123,11 +132,15 @@ stack_label() {
 	echo "$label"
 }
 
-# pristine VERSION DIR: a git repository of the module at VERSION in DIR.
+# pristine VERSION DIR: a git repository of the module at VERSION in DIR,
+# with the pinned kfake in pkg/kfake.
 pristine() {
-	local src
+	local src ksrc
 	src=$(cd "$work" && GOFLAGS='' GOWORK=off GOMODCACHE="$work/modcache" go mod download -json "$module@$1" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+	ksrc=$(cd "$work" && GOFLAGS='' GOWORK=off GOMODCACHE="$work/modcache" go mod download -json "$kfake_module@$kfake_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
 	cp -R "$src" "$2"
+	mkdir -p "$2/pkg/kfake"
+	cp -R "$ksrc/." "$2/pkg/kfake/"
 	chmod -R u+w "$2"
 	(
 		cd "$2"

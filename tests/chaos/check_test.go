@@ -111,8 +111,9 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 
 	// Decode the log.
 	type occ struct {
-		part   int32
-		offset int64
+		part     int32
+		offset   int64
+		att, buf int // the copy's stamp (see stampHook)
 	}
 	occs := make(map[int]([]occ))
 	atOffset := make([]map[int64]int, len(logs))
@@ -124,7 +125,8 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 				r.violate("corrupt", nil, "partition %d offset %d holds %q (key %q), not a record of this run", p, kr.Offset, kr.Value, kr.Key)
 				continue
 			}
-			occs[id] = append(occs[id], occ{int32(p), kr.Offset})
+			att, buf := stamp(kr)
+			occs[id] = append(occs[id], occ{int32(p), kr.Offset, att, buf})
 			atOffset[p][kr.Offset] = id
 		}
 	}
@@ -143,13 +145,25 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 			}
 			rr := r.recs[id]
 			if seen[id] {
-				if r.nonRetryableAfterUnsureLocked(rr) {
+				// Who wrote this copy again: a copy of the same
+				// Produce call is kgo's (or kfake's) doing, never
+				// documented; another one is a re-produce.
+				first := occs[id][0]
+				att, buf := stamp(kr)
+				who := fmt.Sprintf("kgo wrote one Produce call twice (attempt %d, call %d)", att, buf)
+				switch {
+				case att != first.att:
+					who = fmt.Sprintf("the test produced it again (attempts %d and %d)", first.att, att)
+				case buf != first.buf:
+					who = fmt.Sprintf("korder produced it again (attempt %d, Produce calls %d and %d)", att, first.buf, buf)
+				}
+				if (att != first.att || buf != first.buf) && r.nonRetryableAfterUnsureLocked(rr) {
 					out.documented++
-					r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: documented duplicate at offset %d (copies at %v): idempotent, reported failed with a non-retryable error, which a resend after a lost response can get although the first attempt was written", kr.Offset, occs[id]))
+					r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: documented duplicate at offset %d (copies at %v): %s; idempotent, reported failed with an error saying it may have been written, or with a non-retryable error, which a resend after a lost response can get although the first attempt was written", kr.Offset, occs[id], who))
 					continue
 				}
 				out.duplicates++
-				r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: duplicate copy at offset %d (copies at %v)", kr.Offset, occs[id]))
+				r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: duplicate copy at offset %d (copies at %v): %s", kr.Offset, occs[id], who))
 				continue
 			}
 			seen[id] = true
@@ -214,6 +228,8 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 		}
 	}
 
+	r.checkStopped(func(rr *rec) bool { return len(occs[rr.id]) > 0 })
+
 	// The fail-stop guarantee, directly: between two recoveries of a
 	// partition, nothing handed to kgo after a record that failed is
 	// written.
@@ -234,6 +250,27 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 			if f != nil && a.promised == 1 && a.err == nil && a.handoff > f.handoff {
 				r.violate("failstop", []*rec{a.rec, f.rec}, "%v (attempt %d, hand-off %d) was written at offset %d after %v (attempt %d, hand-off %d) failed with %v, with no recovery in between",
 					a.rec, a.id, a.handoff, a.offset, f.rec, f.id, f.handoff, f.err)
+			}
+		}
+	}
+}
+
+// checkStopped (korder, outside transactions) asserts Stop's contract: no
+// record handed to korder after a record of its partition got ErrStopped,
+// and before the next Resume, is written. (A Resume is ordered before the
+// call, so the check never blames a record produced during the call.)
+func (r *run) checkStopped(written func(*rec) bool) {
+	if r.rc.mode != modeKorder || r.rc.txn() {
+		return
+	}
+	for _, a := range r.attempts {
+		if !a.acked() && (len(a.rec.attempts) > 1 || !written(a.rec)) {
+			continue
+		}
+		for _, st := range r.parts[a.rec.part].stops {
+			if st < a.at && !slices.ContainsFunc(r.resumes, func(rs int64) bool { return st < rs && rs < a.at }) {
+				r.violate("stop", []*rec{a.rec}, "%v (attempt %d) was written, but it was handed to korder after a record of partition %d got ErrStopped, and before Resume", a.rec, a.id, a.rec.part)
+				break
 			}
 		}
 	}
@@ -294,16 +331,19 @@ func (r *run) maybeWrittenLocked(rr *rec) bool {
 // have been written is retried until the broker answers, so a failed record
 // was not written, unless a resend was answered with a non-retryable error
 // the broker checks before duplicates (the faults inject such errors on any
-// request); the record may then be in the log, and producing it again
-// duplicates it (documented on FailPartitionOnProduceFailure; reproduced by
-// TestBugLostResponseThenNonRetryable).
+// request), or the broker lost the producer state; the record may then be in
+// the log, and producing it again duplicates it (documented on
+// FailPartitionOnProduceFailure; reproduced by
+// TestLostResponseThenNonRetryable). Patched kgo says so with
+// ErrPossiblyWritten. CORRUPT_MESSAGE counts as non-retryable: kerr marks it
+// retriable, but kgo fails the batch on it.
 func (r *run) nonRetryableAfterUnsureLocked(rr *rec) bool {
 	if !r.rc.idempotent() {
 		return false
 	}
 	nonRetryable := func(err error) bool {
 		var ke *kerr.Error
-		return errors.As(err, &ke) && !ke.Retriable
+		return isPossiblyWritten(err) || errors.As(err, &ke) && (!ke.Retriable || ke == kerr.CorruptMessage)
 	}
 	for _, a := range rr.attempts {
 		if a.err != nil && nonRetryable(a.err) {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,13 +62,56 @@ func (r *rec) value() []byte {
 	return fmt.Appendf(nil, "%d/%d/%d/%d/%d", r.id, r.prod, r.key, r.keySeq, r.partSeq)
 }
 
-// record is a fresh kgo.Record for one attempt of r.
-func (r *rec) record() *kgo.Record {
+// record is a fresh kgo.Record for attempt att of r. Its attHeader names
+// the attempt, and stampHook counts its Produce calls in bufHeader, so that
+// the checker can tell from a copy in the log who wrote it.
+func (r *rec) record(att int) *kgo.Record {
 	kr := &kgo.Record{Topic: chaosTopic, Partition: r.part, Key: []byte(r.keyName()), Value: r.value()}
+	kr.Headers = []kgo.RecordHeader{{Key: attHeader, Value: strconv.AppendInt(nil, int64(att), 10)}}
 	if r.jumbo {
-		kr.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, jumboPad)}}
+		kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: "pad", Value: make([]byte, jumboPad)})
 	}
 	return kr
+}
+
+const (
+	attHeader = "chaos-att" // the harness attempt that handed the record off
+	bufHeader = "chaos-buf" // how many times it was given to kgo's Produce
+)
+
+// stampHook counts, in a record's bufHeader, the Produce calls it went
+// through: 1 for the harness's hand-off (directly, or through korder), more
+// when korder produced the same record again. kgo's own resends do not go
+// through Produce, so two copies with the same attempt and count were
+// written by one Produce call.
+type stampHook struct{}
+
+func (stampHook) OnProduceRecordBuffered(kr *kgo.Record) {
+	if kr.Topic != chaosTopic {
+		return
+	}
+	for i, h := range kr.Headers {
+		if h.Key == bufHeader {
+			n, _ := strconv.Atoi(string(h.Value))
+			kr.Headers[i].Value = strconv.AppendInt(nil, int64(n+1), 10)
+			return
+		}
+	}
+	kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: bufHeader, Value: []byte("1")})
+}
+
+// stamp returns a copy's attempt and Produce count (-1 if missing).
+func stamp(kr *kgo.Record) (att, buf int) {
+	att, buf = -1, -1
+	for _, h := range kr.Headers {
+		switch h.Key {
+		case attHeader:
+			att, _ = strconv.Atoi(string(h.Value))
+		case bufHeader:
+			buf, _ = strconv.Atoi(string(h.Value))
+		}
+	}
+	return att, buf
 }
 
 func (r *rec) String() string {
@@ -90,6 +134,7 @@ type attempt struct {
 	promised  int
 	err       error
 	offset    int64
+	at        int64 // run.order at hand-off
 }
 
 // acked reports whether a's promise said it was written, and (in a
@@ -102,8 +147,9 @@ type partState struct {
 	inflight int
 	epoch    int
 	next     int64
-	failures []*rec // failed records waiting to be produced again
-	queue    []*rec // held back while failed, in produce order
+	failures []*rec  // failed records waiting to be produced again
+	queue    []*rec  // held back while failed, in produce order
+	stops    []int64 // korder: run.order when a record got ErrStopped
 }
 
 // run is one seeded chaos run.
@@ -121,6 +167,8 @@ type run struct {
 	topicFailed bool
 	recs        []*rec
 	attempts    []*attempt
+	order       int64   // orders hand-offs, korder stops and Resumes
+	resumes     []int64 // korder: run.order before each Resume call
 	unresolved  int
 	outstanding int // attempts without a promise
 	stopped     bool
@@ -314,7 +362,7 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 	for range rc.partitions {
 		r.parts = append(r.parts, &partState{})
 	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithLogger(logger{r}), kgo.Dialer(r.gates.dial)}, rc.clientOpts()...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.WithLogger(logger{r}), kgo.Dialer(r.gates.dial), kgo.WithHooks(stampHook{})}, rc.clientOpts()...)
 	switch rc.mode {
 	case modeFailStop:
 		opts = append(opts, failStopOpts(&failHook{r})...)
@@ -373,6 +421,10 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 			case <-resumeQuit:
 				return
 			case <-r.resumeCh:
+				r.mu.Lock()
+				r.order++
+				r.resumes = append(r.resumes, r.order)
+				r.mu.Unlock()
 				r.korderResume()
 				r.hist.add(evRecover, nil, nil, -1, "korder Resume("+chaosTopic+")")
 			}
@@ -607,6 +659,8 @@ func (r *run) handoffLocked(rr *rec) *attempt {
 	a := &attempt{id: len(r.attempts), rec: rr, handoff: ps.next, epoch: ps.epoch, offset: -1}
 	ps.next++
 	ps.inflight++
+	r.order++
+	a.at = r.order
 	r.outstanding++
 	r.attempts = append(r.attempts, a)
 	rr.attempts = append(rr.attempts, a)
@@ -630,7 +684,7 @@ func (r *run) handoffLocked(rr *rec) *attempt {
 	if r.rc.mode == modeKorder {
 		return a
 	}
-	kr := rr.record()
+	kr := rr.record(a.id)
 	promise := func(kr *kgo.Record, err error) { r.promise(a, kr, err) }
 	if r.rc.maxBuffered > 0 {
 		r.cl.TryProduce(a.ctx, kr, promise)
@@ -645,7 +699,7 @@ func (r *run) korderProduce(a *attempt) {
 	if a == nil {
 		return
 	}
-	r.kp.Produce(a.ctx, a.rec.record(), func(kr *kgo.Record, err error) { r.promise(a, kr, err) })
+	r.kp.Produce(a.ctx, a.rec.record(a.id), func(kr *kgo.Record, err error) { r.promise(a, kr, err) })
 }
 
 // korderResume resumes the topic if korder stopped it.
@@ -701,6 +755,8 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		case what == "" && !r.closing:
 			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
 		case what == "stopped" && !r.rc.txn():
+			r.order++
+			r.parts[rr.part].stops = append(r.parts[rr.part].stops, r.order)
 			select {
 			case r.resumeCh <- struct{}{}:
 			default:

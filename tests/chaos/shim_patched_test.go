@@ -34,3 +34,7 @@ func isPartitionFailed(err error) bool { return errors.Is(err, kgo.ErrProducePar
 
 // Compile-time check that the hook type implements the patched hook.
 var _ kgo.HookProducePartitionFailed = (*failHook)(nil)
+
+// isPossiblyWritten reports whether err says that its record may have been
+// written although it failed.
+func isPossiblyWritten(err error) bool { return errors.Is(err, kgo.ErrPossiblyWritten) }

@@ -17,3 +17,7 @@ require (
 )
 
 replace github.com/twmb/franz-go => ../../upstream/franz-go
+
+// Not part of what a user writes: the project's tests run on the patched
+// kfake, which patchset.sh materializes into the tree's pkg/kfake.
+replace github.com/twmb/franz-go/pkg/kfake => ../../upstream/franz-go/pkg/kfake

@@ -1,0 +1,132 @@
+package chaos_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// checkRun is a run of one partition with n records, for the checker alone;
+// no cluster or client.
+func checkRun(m mode, n int) *run {
+	r := &run{rc: runConfig{mode: m, kind: kindIdempotent}, parts: []*partState{{}}}
+	for i := range n {
+		r.recs = append(r.recs, &rec{id: i, partSeq: i})
+	}
+	return r
+}
+
+// handoffForCheck registers an attempt of rr ordered at, failed with err
+// (nil: written at offset).
+func (r *run) handoffForCheck(rr *rec, at int64, err error, offset int64) *attempt {
+	a := &attempt{id: len(r.attempts), rec: rr, at: at, promised: 1, err: err, offset: offset}
+	if err != nil {
+		a.offset = -1
+	}
+	r.attempts = append(r.attempts, a)
+	rr.attempts = append(rr.attempts, a)
+	rr.state = recOK
+	return a
+}
+
+// copyOf is the copy of attempt a at offset, written by its calls-th Produce
+// call.
+func copyOf(a *attempt, calls int, offset int64) *kgo.Record {
+	kr := a.rec.record(a.id)
+	for range calls {
+		stampHook{}.OnProduceRecordBuffered(kr)
+	}
+	kr.Offset = offset
+	return kr
+}
+
+func (r *run) checkedHistory() string {
+	var b strings.Builder
+	for _, e := range r.hist.snapshot() {
+		fmt.Fprintln(&b, e)
+	}
+	return b.String()
+}
+
+// TestCheckerDuplicates: the checker names who wrote a copy again, and
+// documents a re-produce of a record that failed with an error that may
+// follow a write (non-retryable, or CORRUPT_MESSAGE, which kerr marks
+// retriable), but never a copy that one Produce call wrote twice.
+func TestCheckerDuplicates(t *testing.T) {
+	for _, test := range []struct {
+		name       string
+		firstErr   error // the first attempt's failure, nil: one attempt
+		calls      int   // Produce calls of the first attempt before its second copy
+		documented bool
+		who        string
+	}{
+		{"kgo resend", nil, 1, false, "kgo wrote one Produce call twice"},
+		{"test re-produce after CORRUPT_MESSAGE", kerr.CorruptMessage, 1, true, "the test produced it again"},
+		{"test re-produce after NOT_ENOUGH_REPLICAS", kerr.NotEnoughReplicas, 1, false, "the test produced it again"},
+		{"korder re-produce after MESSAGE_TOO_LARGE", kerr.MessageTooLarge, 2, true, "korder produced it again"},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			r := checkRun(modeNaive, 1)
+			rr := r.recs[0]
+			a := r.handoffForCheck(rr, 1, nil, 0)
+			log := []*kgo.Record{copyOf(a, 1, 0)}
+			switch {
+			case test.firstErr == nil:
+				log = append(log, copyOf(a, 1, 1))
+			case test.calls > 1: // korder's own second Produce call
+				a.err, a.offset = test.firstErr, -1
+				rr.kgoErrs = append(rr.kgoErrs, test.firstErr)
+				log = append(log, copyOf(a, test.calls, 1))
+			default: // the test's second attempt
+				a.err, a.offset = test.firstErr, -1
+				b := r.handoffForCheck(rr, 2, nil, 1)
+				log = append(log, copyOf(b, 1, 1))
+			}
+			out := &outcome{}
+			r.check([][]*kgo.Record{log}, out)
+			if out.duplicates+out.documented != 1 || (out.documented == 1) != test.documented {
+				t.Errorf("duplicates=%d documented=%d, want documented %v", out.duplicates, out.documented, test.documented)
+			}
+			if h := r.checkedHistory(); !strings.Contains(h, test.who) {
+				t.Errorf("history does not say %q:\n%s", test.who, h)
+			}
+		})
+	}
+}
+
+// TestCheckerStop: with korder outside transactions, a record handed off
+// after a record of its partition got ErrStopped, and before Resume, must
+// not be written.
+func TestCheckerStop(t *testing.T) {
+	for _, test := range []struct {
+		name    string
+		resumed bool
+		viol    bool
+	}{
+		{"written before Resume", false, true},
+		{"written after Resume", true, false},
+	} {
+		t.Run(test.name, func(t *testing.T) {
+			r := checkRun(modeKorder, 2)
+			r.handoffForCheck(r.recs[0], 1, fmt.Errorf("stopped: %w", kerr.InvalidRecord), 0)
+			r.parts[0].stops = []int64{2}
+			if test.resumed {
+				r.resumes = []int64{3}
+			}
+			b := r.handoffForCheck(r.recs[1], 4, nil, 0)
+			r.check([][]*kgo.Record{{copyOf(b, 1, 0)}}, &outcome{})
+			var stops int
+			for _, v := range r.viol {
+				if v.kind == "stop" {
+					stops++
+				}
+			}
+			if (stops > 0) != test.viol {
+				t.Errorf("stop violations %d, want any: %v (%v)", stops, test.viol, r.viol)
+			}
+		})
+	}
+}
