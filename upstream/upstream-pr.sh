@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # upstream-pr.sh: write the upstream pull request kits into dist/upstream-pr/,
-# one folder per pull request, one pull request per concern:
+# one folder per pull request, one pull request per concern, in the order they
+# are sent (PRS below; the folder names are the concerns' letters):
 #
-#   a-fail-stop          the benchmarks and FailPartitionOnProduceFailure
-#                        (#852: option, hook, recovery, transaction refusal)
-#   b-steering           unkeyed records routed around failed partitions
 #   c-delivery-timeout   RecordDeliveryTimeout measured from batch creation
 #   d-lost-response      an idempotent batch whose response was lost is
 #                        retried until answered
@@ -13,6 +11,10 @@
 #   f-kfake-epoch        kfake: an idempotent producer's epoch per partition
 #                        (kfake, at its pinned version, is in pkg/kfake of
 #                        every tree, as patchset.sh materializes it)
+#   a-fail-stop          the benchmarks and FailPartitionOnProduceFailure
+#                        (#852: option, hook, RecoverProducePartition,
+#                        transaction refusal)
+#   b-steering           unkeyed records routed around failed partitions
 #
 # Each folder holds:
 #
@@ -25,8 +27,12 @@
 # and dist/upstream-pr/README.md (upstream/pr-description.md plus every PR's
 # results) says in which order they go.
 #
-# The PRs stack: b is reviewed on top of a, c on top of a+b, d on top of
-# a+b+c. Checks, against the pinned version:
+# The PRs stack in PRS order: d is reviewed on top of c, a on top of c+d, b on
+# top of c+d+a. A PR may take a patch from earlier in patches/series than the
+# PRs before it (a takes the benchmarks, first in the series so that the same
+# benchmark source runs on the pinned version), as long as the stack applies;
+# every patch of the series goes to exactly one PR. Checks, against the
+# pinned version:
 #
 # 1. Each PR's patches apply with git am (zero fuzz) after the previous PRs'
 #    patches, and go build ./pkg/... and go vet ./pkg/kgo pass at each step.
@@ -53,27 +59,29 @@ kfake_version=$(awk '$1 == "kfake-version" { print $2 }' "$root/upstream/PIN")
 : "${UPSTREAM_PR_SUITE:=0}"
 : "${UPSTREAM_PR_TESTS:=1}"
 
-# The PRs in order, each with its patches (in series order).
-PRS=(a-fail-stop b-steering c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch)
+# The PRs in the order they are sent, each with its patches (in series order).
+# A patch added to patches/series must be added here too (the check below
+# names it).
+PRS=(c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch a-fail-stop b-steering)
 declare -A PR_PATCHES=(
-	[a-fail-stop]="kgo-add-produce-hot-path-benchmarks.patch kgo-add-FailPartitionOnProduceFailure.patch"
-	[b-steering]="kgo-route-unkeyed-records-around-failed-produce-partitions.patch"
 	[c-delivery-timeout]="kgo-measure-RecordDeliveryTimeout-from-when-a-record-s-batch.patch"
 	[d-lost-response]="kgo-keep-retrying-an-idempotent-batch-whose-request-may-have.patch"
 	[e-never-renumber]="kgo-never-renumber-a-batch-that-may-already-have-been-writte.patch"
 	[f-kfake-epoch]="kfake-check-an-idempotent-producer-s-epoch-per-partition.patch"
+	[a-fail-stop]="kgo-add-produce-hot-path-benchmarks.patch kgo-add-FailPartitionOnProduceFailure.patch"
+	[b-steering]="kgo-route-unkeyed-records-around-failed-produce-partitions.patch"
 )
 # PRs whose code applies alone to the pinned version:
 # "EXCLUDES|TESTFILE|TESTS|ONLY". EXCLUDES are paths (git apply --exclude)
 # left out besides every *_test.go; TESTS (a go test -run list) are taken
 # from TESTFILE as the PR leaves it (ONLY=1: only the TESTS functions from it,
 # with the imports they use) and must fail on the pinned version and pass
-# with the code alone. d's config.go hunk edits FailPartitionOnProduceFailure's
-# doc, which needs a. c's other tests use its recBatch.created and a's
-# produceTo helper, so only the test that uses neither is taken.
+# with the code alone. c's other tests use its recBatch.created, so only the
+# test that does not is taken. d no longer excludes anything: since it comes
+# before a, it does not edit a's doc.
 declare -A PR_ALONE=(
 	[c-delivery-timeout]="|pkg/kgo/produce_timeout_test.go|TestDeliveryTimeoutOldTimestamp|1"
-	[d-lost-response]="pkg/kgo/config.go|pkg/kgo/produce_unsure_test.go|TestProduceLostResponseKeepsBatchUnsure|0"
+	[d-lost-response]="|pkg/kgo/produce_unsure_test.go|TestProduceLostResponseKeepsBatchUnsure|0"
 )
 
 work=$(mktemp -d)
@@ -82,15 +90,24 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 export GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1
 export GIT_COMMITTER_NAME=upstream-pr GIT_COMMITTER_EMAIL=upstream-pr@localhost
 
-# The PRs must cover patches/series exactly, in its order.
+# The PRs must cover patches/series exactly, each patch once, and each PR
+# must list its patches in series order.
 series=$(grep -v -E '^[[:space:]]*(#|$)' "$root/patches/series")
 # shellcheck disable=SC2086 # PR_PATCHES values are space-separated lists
 listed=$(for pr in "${PRS[@]}"; do printf '%s\n' ${PR_PATCHES[$pr]}; done)
-if [ "$series" != "$listed" ]; then
-	echo "upstream-pr: the PRs in upstream/upstream-pr.sh do not cover patches/series in order; update PRS and PR_PATCHES" >&2
-	diff <(echo "$series") <(echo "$listed") >&2 || true
+if [ "$(sort <<<"$series")" != "$(sort <<<"$listed")" ]; then
+	echo "upstream-pr: the PRs in upstream/upstream-pr.sh do not cover patches/series, each patch once; assign every patch to one PR in PR_PATCHES:" >&2
+	diff <(sort <<<"$series") <(sort <<<"$listed") | sed -n -e 's/^< /  in patches\/series, in no PR: /p' -e 's/^> /  in PR_PATCHES, not in patches\/series (or twice): /p' >&2 || true
 	exit 1
 fi
+for pr in "${PRS[@]}"; do
+	# shellcheck disable=SC2086
+	mine=$(printf '%s\n' ${PR_PATCHES[$pr]})
+	if [ "$(grep -F -x -f <(echo "$mine") <<<"$series")" != "$mine" ]; then
+		echo "upstream-pr: $pr lists its patches out of patches/series order" >&2
+		exit 1
+	fi
+done
 for pr in "${PRS[@]}"; do
 	[ -f "$root/upstream/pr/$pr.md" ] || { echo "upstream-pr: upstream/pr/$pr.md is missing" >&2; exit 1; }
 done

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -73,15 +73,19 @@ func runUpstream(ctx context.Context, w *workload, c *kfake.Cluster, t *tracker)
 }
 
 // runFailStop is the recovery protocol of kgo.FailPartitionOnProduceFailure
-// done by hand, as in the README: on a failure of a partition, hold the
-// partition's new records, wait until every record handed to kgo for it has
-// had its promise called, recover it, produce the failed and rejected
-// records again one at a time, in order (giving up on a record after
-// cfg.attempts attempts), then release the held records in order.
+// done by hand, as in the README. Once a partition fails, the application
+// holds its new records and collects its failed and rejected records from
+// their promises, counting them (seen); then RecoverProducePartition buffers
+// them and the held ones, in produce order, at the partition's front, and
+// un-fails it. A call refused because promises are missing is made again
+// once they arrived. If recovered records fail again (a poison record in
+// their batch), they go one at a time, with keepFailed so that the partition
+// stays failed behind each, until the application gives up on the record
+// that keeps failing (cfg.attempts failures).
 func runFailStop(ctx context.Context, w *workload, c *kfake.Cluster, t *tracker) error {
-	a := &failStopApp{w: w, t: t, ctx: ctx, wake: make(chan struct{}, 1)}
+	a := &failStopApp{w: w, t: t, ctx: ctx, wake: make(chan struct{}, 1), attempts: make([]int, w.cfg.records)}
 	for range w.cfg.partitions {
-		a.parts = append(a.parts, &fsPart{})
+		a.parts = append(a.parts, &fsPart{awaiting: -1})
 	}
 	cl, err := kgo.NewClient(append(clientOpts(w.cfg, c, t, (*fsHook)(a)), kgo.FailPartitionOnProduceFailure())...)
 	if err != nil {
@@ -112,8 +116,9 @@ type failStopApp struct {
 	cl  *kgo.Client
 	ctx context.Context
 
-	mu    sync.Mutex
-	parts []*fsPart
+	mu       sync.Mutex
+	parts    []*fsPart
+	attempts []int // per record: the times kgo failed it (not counting rejections)
 
 	hookMu sync.Mutex
 	hooked []int32
@@ -121,13 +126,12 @@ type failStopApp struct {
 }
 
 type fsPart struct {
-	failed     bool  // hold new records: the partition failed
-	recovering bool  // a recovery goroutine owns the partition
-	inflight   int   // records handed to kgo whose promise has not run
-	failures   []int // failed or rejected records, in any order
-	held       []int // records produced while failed, in order
-
-	quiet atomic.Bool // the recovery expects failures of its own: the hook ignores them
+	failed   bool      // the partition failed: hold new records, recover it
+	seen     int       // failed or rejected promises since the last recovery call
+	failures []int     // failed or rejected records to produce again, in any order
+	held     []int     // records produced while failed, in order
+	awaiting int       // the record recovered alone, until its promise ran; -1 if none
+	retryAt  time.Time // a record that failed again waits for the backoff
 }
 
 // fsHook is the kgo.HookProducePartitionFailed. It runs on a kgo goroutine,
@@ -142,9 +146,6 @@ func (h *fsHook) OnProducePartitionFailed(tp string, partition int32, err error)
 	}
 	if partition < 0 || int(partition) >= len(a.parts) {
 		a.t.fail(fmt.Errorf("fail-stop: unexpected failure of %s/%d: %w", tp, partition, err))
-		return
-	}
-	if a.parts[partition].quiet.Load() {
 		return
 	}
 	a.hookMu.Lock()
@@ -169,39 +170,43 @@ func (a *failStopApp) submit(id int) {
 		ps.held = append(ps.held, id)
 		return
 	}
-	a.handoffLocked(id)
+	a.cl.Produce(a.ctx, a.w.record(id), a.promise)
 }
 
-// handoffLocked produces id with a.mu held, which fixes the order of the
-// partition. Produce does not block here (the window is far below kgo's
-// MaxBufferedRecords), and promises run on kgo's own goroutine.
-func (a *failStopApp) handoffLocked(id int) {
-	a.parts[a.w.part[id]].inflight++
-	a.cl.Produce(a.ctx, a.w.record(id), func(_ *kgo.Record, err error) { a.promise(id, err) })
-}
-
-func (a *failStopApp) promise(id int, err error) {
+// promise is every record's promise. Promises run on kgo's own goroutine,
+// one at a time, in produce order per partition.
+func (a *failStopApp) promise(r *kgo.Record, err error) {
+	id, _, _, _ := parse(r.Value)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	ps := a.parts[a.w.part[id]]
-	ps.inflight--
+	if ps.awaiting == id {
+		ps.awaiting = -1
+		a.signal() // the next part of the recovery
+	}
 	if err == nil {
 		a.t.settle(id, ok)
+		return
+	}
+	// The hook may not have run yet: hold the partition now.
+	ps.failed = true
+	ps.seen++
+	if !errors.Is(err, kgo.ErrProducePartitionFailed) { // not merely rejected
+		a.attempts[id]++
+		if a.attempts[id] > 1 {
+			ps.retryAt = time.Now().Add(a.w.cfg.backoff)
+		}
+	}
+	if a.attempts[id] >= a.w.cfg.attempts {
+		a.t.settle(id, gaveUp) // seen all the same
 	} else {
-		// The hook may not have run yet: hold the partition now.
-		ps.failed = true
 		ps.failures = append(ps.failures, id)
 	}
-	if ps.failed && ps.inflight == 0 {
-		a.signal()
-	}
+	a.signal()
 }
 
-// coordinate starts a recovery of every failed partition with nothing in
-// flight.
+// coordinate recovers failed partitions as their promises arrive.
 func (a *failStopApp) coordinate(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,52 +223,46 @@ func (a *failStopApp) coordinate(ctx context.Context) {
 			a.parts[p].failed = true
 		}
 		for p, ps := range a.parts {
-			if ps.failed && ps.inflight == 0 && !ps.recovering {
-				ps.recovering = true
-				ps.quiet.Store(true)
-				wg.Go(func() { a.recover(ctx, int32(p)) })
+			if ps.failed && ps.awaiting < 0 {
+				a.recoverLocked(int32(p), ps)
 			}
 		}
 		a.mu.Unlock()
 	}
 }
 
-// recover runs the recovery of partition p: nothing of p is in flight, and
-// new records of p are held until it ends.
-func (a *failStopApp) recover(ctx context.Context, p int32) {
-	ps := a.parts[p]
-	a.mu.Lock()
-	failures := ps.failures
-	ps.failures = nil
-	a.mu.Unlock()
-	slices.Sort(failures) // ids are produce order
-
-	recoverP := func() { a.cl.RecoverProducePartitions(map[string][]int32{topic: {p}}) }
-	for _, id := range failures {
-		for attempt := 2; ; attempt++ { // the first attempt is the one that failed
-			recoverP()
-			err := a.cl.ProduceSync(ctx, a.w.record(id)).FirstErr()
-			if err == nil {
-				a.t.settle(id, ok)
-				break
-			}
-			if attempt >= a.w.cfg.attempts || ctx.Err() != nil {
-				a.t.settle(id, gaveUp)
-				break
-			}
-			sleepCtx(ctx, a.w.cfg.backoff)
-		}
+// recoverLocked calls RecoverProducePartition for partition p with its
+// failed and held records in produce order (ids are produce order), or,
+// while the first of them has failed again, with that one alone.
+func (a *failStopApp) recoverLocked(p int32, ps *fsPart) {
+	if d := time.Until(ps.retryAt); d > 0 {
+		time.AfterFunc(d, a.signal)
+		return
 	}
-	recoverP()
-
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ps.quiet.Store(false)
-	ps.recovering, ps.failed = false, false
-	held := ps.held
-	ps.held = nil
-	for _, id := range held {
-		a.handoffLocked(id)
+	rs := append(slices.Sorted(slices.Values(ps.failures)), ps.held...)
+	keepFailed := false
+	if len(rs) > 1 && a.attempts[rs[0]] > 1 {
+		rs, keepFailed = rs[:1], true
+	}
+	recs := make([]*kgo.Record, len(rs))
+	for i, id := range rs {
+		recs[i] = a.w.record(id)
+	}
+	err := a.cl.RecoverProducePartition(topic, p, ps.seen, keepFailed, a.promise, recs...)
+	if err != nil {
+		// Refused: promises are missing, and their arrival wakes us.
+		if !strings.Contains(err.Error(), "not seen") {
+			a.t.fail(fmt.Errorf("fail-stop: recovering partition %d: %w", p, err))
+		}
+		return
+	}
+	ps.seen = 0
+	ps.failures = slices.DeleteFunc(ps.failures, func(id int) bool { return slices.Contains(rs, id) })
+	ps.held = slices.DeleteFunc(ps.held, func(id int) bool { return slices.Contains(rs, id) })
+	if keepFailed {
+		ps.awaiting = rs[0]
+	} else {
+		ps.failed = false
 	}
 }
 

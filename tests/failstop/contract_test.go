@@ -18,8 +18,8 @@ import (
 )
 
 // The contract of FailPartitionOnProduceFailure on its less travelled
-// paths: who calls the hook, the order of promises around it, and what a
-// purge drops.
+// paths: who calls the hook, what a purge drops, records that wait for
+// metadata.
 
 // goid returns the current goroutine's id, from its stack header.
 func goid() uint64 {
@@ -74,7 +74,7 @@ func TestHookOnCausingGoroutine(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 
-	const n = 300
+	const n = 200
 	for i := range n {
 		failing.Store(goid())
 		big := rec(topic, int32(i%4), i)
@@ -87,7 +87,8 @@ func TestHookOnCausingGoroutine(t *testing.T) {
 		if err := (<-done); !errors.Is(err, kerr.MessageTooLarge) {
 			t.Fatalf("round %d: too large record got %v", i, err)
 		}
-		if err := recoverPartitions(cl, map[string][]int32{topic: {int32(i % 4)}}); err != nil {
+		// Its promise ran: the record is seen, and dropped.
+		if err := recoverPartition(cl, topic, int32(i%4), 1, nil); err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
 	}
@@ -96,58 +97,8 @@ func TestHookOnCausingGoroutine(t *testing.T) {
 	}
 }
 
-// TestPromiseBeforeHook: the failing record's promise is queued before the
-// hook runs, so a record the hook produces (TryProduce, which the hook may
-// call) is promised after it.
-func TestPromiseBeforeHook(t *testing.T) {
-	ctx := testCtx(t)
-	c := newCluster(t, 1, topic)
-	h := newFailHook()
-	var (
-		mu    sync.Mutex
-		order []string
-		cl    *kgo.Client
-		clMu  sync.Mutex
-	)
-	promised := make(chan struct{}, 2)
-	note := func(name string) func(*kgo.Record, error) {
-		return func(*kgo.Record, error) {
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-			promised <- struct{}{}
-		}
-	}
-	h.onFail = func(failEvent) {
-		clMu.Lock()
-		cl := cl
-		clMu.Unlock()
-		cl.TryProduce(ctx, rec(topic, 0, 2), note("from hook"))
-	}
-	clMu.Lock()
-	cl = newClient(t, c, append([]kgo.Opt{kgo.MaxBufferedBytes(512)}, failStopOpts(h)...)...)
-	clMu.Unlock()
-	produceOK(ctx, t, cl, rec(topic, 0, 0))
-
-	big := rec(topic, 0, 1)
-	big.Value = make([]byte, 1024) // larger than MaxBufferedBytes: fails before buffering
-	cl.Produce(ctx, big, note("failing"))
-	for range 2 {
-		select {
-		case <-promised:
-		case <-ctx.Done():
-			t.Fatal("promises were not called")
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(order) != 2 || order[0] != "failing" || order[1] != "from hook" {
-		t.Fatalf("promise order %v, want [failing from hook]", order)
-	}
-}
-
-// TestPurgeDropsTopicFailure: purging a topic drops its failed state, the
-// topic's own (-1) included, so producing to it again works.
+// TestPurgeDropsTopicFailure: purging a topic drops its failed state, a
+// partition's or the topic's own (-1), so producing to it again works.
 func TestPurgeDropsTopicFailure(t *testing.T) {
 	for _, purge := range []struct {
 		name string
@@ -161,65 +112,62 @@ func TestPurgeDropsTopicFailure(t *testing.T) {
 			c := newCluster(t, 1, topic)
 			h := newFailHook()
 			cl := newClient(t, c, append([]kgo.Opt{kgo.MaxBufferedBytes(512)}, failStopOpts(h)...)...)
-			produceOK(ctx, t, cl, rec(topic, 0, 0))
 
-			big := rec(topic, 0, 1)
-			big.Value = make([]byte, 1024)
-			await(ctx, t, produceAsync(ctx, cl, big))
-			checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
+			// A keyed record too large for the buffer fails the topic
+			// before its metadata is known, its partition after.
+			for i, failed := range []int32{-1, 0} {
+				big := rec(topic, 0, 2*i)
+				big.Key, big.Value = []byte("k"), make([]byte, 1024)
+				await(ctx, t, produceAsync(ctx, cl, big))
+				checkEvent(t, h.wait(ctx, t), topic, failed, kerr.MessageTooLarge)
 
-			purge.fn(cl, topic)
-			if got := failedPartitions(cl); len(got) != 0 {
-				t.Fatalf("FailedProducePartitions() after purge = %s, want none", fmtFailed(got))
+				purge.fn(cl, topic)
+				r := rec(topic, 0, 2*i+1)
+				r.Key = []byte("k")
+				produceOK(ctx, t, cl, r)
 			}
-			produceOK(ctx, t, cl, rec(topic, 0, 2))
 		})
 	}
 }
 
 // TestBeforeMetadataRecordsWritten: records waiting for their topic's first
 // metadata were produced before a later record that fails in Produce; the
-// topic fails, but they are written, and they are promised as written.
+// topic fails (-1), but they are written, and they are promised as written.
+// Recovering the topic partitions the given records first.
 func TestBeforeMetadataRecordsWritten(t *testing.T) {
-	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-		ctx := testCtx(t)
-		c := newCluster(t, 1, topic)
-		h := newFailHook()
-		cl := newClient(t, c, append(append([]kgo.Opt{
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedBytes(2048),
-		}, opts...), failStopOpts(h)...)...)
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MaxBufferedBytes(2048),
+	}, failStopOpts(h)...)...)
 
-		// Hold metadata until the failing record is produced.
-		held, release := holdMetadata(t, c)
-		early := produceAsync(ctx, cl, recs(topic, 0, 0, 5)...)
-		select {
-		case <-held:
-		case <-ctx.Done():
-			t.Fatal("no metadata request")
-		}
-		big := rec(topic, 0, 5)
-		big.Value = make([]byte, 4096)
-		failed := await(ctx, t, produceAsync(ctx, cl, big))
-		checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
-		orig := checkWave(t, failed, kerr.MessageTooLarge)
-		later := produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)
-		release()
+	// Hold metadata until the failing record is produced.
+	held, release := holdMetadata(t, c)
+	early := produceAsync(ctx, cl, recs(topic, 0, 0, 5)...)
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("no metadata request")
+	}
+	big := rec(topic, 0, 5)
+	big.Value = make([]byte, 4096)
+	failed := await(ctx, t, produceAsync(ctx, cl, big))
+	checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
+	orig := checkWave(t, failed, kerr.MessageTooLarge)
+	later := produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)
+	release()
 
-		for i, r := range await(ctx, t, early) {
-			if r.err != nil {
-				t.Fatalf("seq %d, produced before the failure: %v, want written", i, r.err)
-			}
+	for i, r := range await(ctx, t, early) {
+		if r.err != nil {
+			t.Fatalf("seq %d, produced before the failure: %v, want written", i, r.err)
 		}
-		checkRejected(t, await(ctx, t, later), orig, kerr.MessageTooLarge)
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
-		if err := recoverPartitions(cl, map[string][]int32{topic: {-1}}); err != nil {
-			t.Fatal(err)
-		}
-		big.Value = []byte("5")
-		produceOK(ctx, t, cl, big, rec(topic, 0, 6), rec(topic, 0, 7))
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 8))
-		checkHookOnce(t, h)
-	})
+	}
+	checkRejected(t, await(ctx, t, later), orig, kerr.MessageTooLarge)
+	checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
+	recoverOK(ctx, t, cl, topic, -1, 3, recs(topic, 0, 5, 8)...)
+	checkLog(ctx, t, c, topic, 0, seqRange(0, 8))
+	checkHookOnce(t, h)
 }
 
 // holdMetadata holds the first metadata request that asks for topic until

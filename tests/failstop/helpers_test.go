@@ -3,7 +3,7 @@ package failstop_test
 import (
 	"context"
 	"errors"
-	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -300,9 +300,57 @@ func checkLog(ctx context.Context, t *testing.T, c *kfake.Cluster, topic string,
 	}
 }
 
-func fmtFailed(m map[string][]int32) string {
-	if len(m) == 0 {
-		return "nothing"
+// refusalRE matches the count a refused recovery reports: "2 of the 10"
+// records it failed or rejected are not seen.
+var refusalRE = regexp.MustCompile(`(\d+) of (?:the )?(\d+)\b`)
+
+// refusedCounts returns the missing and total counts of a refused recovery,
+// ok false if err does not report them.
+func refusedCounts(err error) (missing, total int, ok bool) {
+	if err == nil {
+		return 0, 0, false
 	}
-	return fmt.Sprint(m)
+	m := refusalRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, 0, false
+	}
+	missing, _ = strconv.Atoi(m[1])
+	total, _ = strconv.Atoi(m[2])
+	return missing, total, true
+}
+
+// checkRefused checks that a recovery was refused because missing of the
+// total records the partition failed or rejected were not seen.
+func checkRefused(t *testing.T, err error, missing, total int) {
+	t.Helper()
+	if m, n, ok := refusedCounts(err); !ok || m != missing || n != total {
+		t.Fatalf("recovery returned %v, want a refusal saying %d of the %d failed or rejected records are not seen", err, missing, total)
+	}
+}
+
+// recoverOK recovers topic/partition (-1: the topic) with rs, after checking
+// that one record short of seen is refused with the count, and requires
+// every record of rs to be written.
+func recoverOK(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, partition int32, seen int, rs ...*kgo.Record) []result {
+	t.Helper()
+	if failStopAvailable && seen > 0 {
+		checkRefused(t, recoverPartition(cl, topic, partition, seen-1, nil, rs...), 1, seen)
+	}
+	chs := make(chan result, len(rs))
+	if err := recoverPartition(cl, topic, partition, seen, func(r *kgo.Record, err error) { chs <- result{r, err} }, rs...); err != nil {
+		t.Fatalf("recovering %s/%d with %d seen: %v", topic, partition, seen, err)
+	}
+	out := make([]result, 0, len(rs))
+	for range rs {
+		select {
+		case r := <-chs:
+			if r.err != nil {
+				t.Fatalf("recovered record seq %s: %v", r.r.Value, r.err)
+			}
+			out = append(out, r)
+		case <-ctx.Done():
+			t.Fatalf("%d of %d recovered records promised: %v", len(out), len(rs), ctx.Err())
+		}
+	}
+	return out
 }

@@ -5,7 +5,6 @@ package failstop_test
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -18,30 +17,45 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// TestInvariantNotEnoughReplicas: partition 0 answers the retryable
-// NOT_ENOUGH_REPLICAS until RecordRetries, or RecordDeliveryTimeout, runs
-// out.
-func TestInvariantNotEnoughReplicas(t *testing.T) {
-	t.Run("retries", func(t *testing.T) {
-		eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-			runInvariant(t, opts, failScenario{
-				// Retries wait for a metadata refresh: do not wait
-				// out the default 5s MetadataMinAge.
-				opts:  []kgo.Opt{kgo.RecordRetries(2), kgo.MetadataMinAge(10 * time.Millisecond)},
-				cause: kerr.NotEnoughReplicas,
-				arm:   faultProduce(kerr.NotEnoughReplicas, -1),
-			})
+// TestInvariantCauses: the invariant (see runInvariant) with the other
+// ways a partition fails: the retryable NOT_ENOUGH_REPLICAS until
+// RecordRetries, or RecordDeliveryTimeout, runs out, and a record larger
+// than ProducerBatchMaxBytes, which fails in Produce on the producing
+// goroutine and is produced again at a size that fits.
+func TestInvariantCauses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sc   failScenario
+	}{
+		{"retries", failScenario{
+			// Retries wait for a metadata refresh: do not wait out
+			// the default 5s MetadataMinAge.
+			opts:  []kgo.Opt{kgo.RecordRetries(2), kgo.MetadataMinAge(10 * time.Millisecond)},
+			cause: kerr.NotEnoughReplicas,
+			arm:   faultProduce(kerr.NotEnoughReplicas, -1),
+		}},
+		{"delivery-timeout", failScenario{
+			opts:  []kgo.Opt{kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(10 * time.Millisecond)},
+			cause: kgo.ErrRecordTimeout,
+			arm:   faultProduce(kerr.NotEnoughReplicas, -1),
+		}},
+		{"too-large", failScenario{
+			opts:  []kgo.Opt{kgo.ProducerBatchMaxBytes(512)},
+			cause: kerr.MessageTooLarge,
+			arm:   func(*kfake.Cluster) func() { return func() {} },
+			waveRec: func(seq int) *kgo.Record {
+				r := rec(topic, 0, seq)
+				if seq == nPrefix {
+					r.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
+				}
+				return r
+			},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			eachConfig(t, func(t *testing.T, opts []kgo.Opt) { runInvariant(t, opts, tc.sc) })
 		})
-	})
-	t.Run("delivery-timeout", func(t *testing.T) {
-		eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-			runInvariant(t, opts, failScenario{
-				opts:  []kgo.Opt{kgo.RecordDeliveryTimeout(time.Second), kgo.MetadataMinAge(10 * time.Millisecond)},
-				cause: kgo.ErrRecordTimeout,
-				arm:   faultProduce(kerr.NotEnoughReplicas, -1),
-			})
-		})
-	})
+	}
 }
 
 // produceWrites signals every produce request kgo writes to a broker.
@@ -56,74 +70,47 @@ func (w produceWrites) OnBrokerWrite(_ kgo.BrokerMetadata, key int16, _ int, _, 
 // TestInvariantPipelined: the idempotent producer has a second produce
 // request in flight behind the one that fails with INVALID_RECORD (answered
 // once); the broker would accept nothing of it (sequence gap), and nothing
-// produced after the failure is written either. Non-idempotent (1 in flight)
-// never sends the second request before the failure.
+// produced after the failure is written either. (Non-idempotent, 1 in
+// flight, never sends the second request before the failure.)
 func TestInvariantPipelined(t *testing.T) {
-	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-		idempotent := len(opts) == 0
-		ctx := testCtx(t)
-		c := newCluster(t, 1, topic)
-		h := newFailHook()
-		writes := make(produceWrites, 64)
-		cl := newClient(t, c, append(append([]kgo.Opt{
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithHooks(writes),
-		}, opts...), failStopOpts(h)...)...)
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	writes := make(produceWrites, 64)
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.WithHooks(writes),
+	}, failStopOpts(h)...)...)
 
-		produceOK(ctx, t, cl, recs(topic, 0, 0, 3)...) // also lets the idempotent producer pipeline
-		for len(writes) > 0 {
-			<-writes
-		}
+	produceOK(ctx, t, cl, recs(topic, 0, 0, 3)...) // also lets the idempotent producer pipeline
+	for len(writes) > 0 {
+		<-writes
+	}
 
-		held, doRelease := holdFirstProduce(t, c)
-		faultProduce(kerr.InvalidRecord, 0)(c)
+	held, doRelease := holdFirstProduce(t, c)
+	faultProduce(kerr.InvalidRecord, 0)(c)
 
-		waveCh := produceAsync(ctx, cl, rec(topic, 0, 3))
+	waveCh := produceAsync(ctx, cl, rec(topic, 0, 3))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("the failing request never reached the broker")
+	}
+	waveCh = append(waveCh, produceAsync(ctx, cl, recs(topic, 0, 4, 7)...)...)
+	for range 2 { // the failing request and the pipelined one
 		select {
-		case <-held:
+		case <-writes:
 		case <-ctx.Done():
-			t.Fatal("the failing request never reached the broker")
+			t.Fatal("produce request not written")
 		}
-		waveCh = append(waveCh, produceAsync(ctx, cl, recs(topic, 0, 4, 7)...)...)
-		want := 1
-		if idempotent {
-			want = 2 // the failing request and the pipelined one
-		}
-		for range want {
-			select {
-			case <-writes:
-			case <-ctx.Done():
-				t.Fatal("produce request not written")
-			}
-		}
-		doRelease()
+	}
+	doRelease()
 
-		orig := checkWave(t, await(ctx, t, waveCh), kerr.InvalidRecord)
-		checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
-		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), orig, kerr.InvalidRecord)
-		checkLog(ctx, t, c, topic, 0, seqRange(0, 3))
+	orig := checkWave(t, await(ctx, t, waveCh), kerr.InvalidRecord)
+	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), orig, kerr.InvalidRecord)
+	checkLog(ctx, t, c, topic, 0, seqRange(0, 3))
 
-		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 3, 10)
-	})
-}
-
-// TestInvariantRecordTooLarge: a record larger than ProducerBatchMaxBytes
-// fails on its own (in Produce, on the producing goroutine) and fails its
-// partition; it is produced again at a size that fits.
-func TestInvariantRecordTooLarge(t *testing.T) {
-	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-		runInvariant(t, opts, failScenario{
-			opts:  []kgo.Opt{kgo.ProducerBatchMaxBytes(512)},
-			cause: kerr.MessageTooLarge,
-			arm:   func(*kfake.Cluster) func() { return func() {} },
-			waveRec: func(seq int) *kgo.Record {
-				r := rec(topic, 0, seq)
-				if seq == nPrefix {
-					r.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
-				}
-				return r
-			},
-		})
-	})
+	recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 3, 10)
 }
 
 // TestCanceledContext: records sit buffered behind a produce request the
@@ -161,62 +148,54 @@ func TestCanceledContext(t *testing.T) {
 		checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
 
 		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 4, 6)...)), orig, context.Canceled)
-
-		// Recovering what is not failed is a no-op.
-		cl.RecoverProducePartitions(map[string][]int32{topic: {-1, 1, 7}, "other": {-1, 0}})
-		if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {0}}, slices.Equal) {
-			t.Fatalf("FailedProducePartitions() = %s, want map[t:[0]]", fmtFailed(got))
-		}
-		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 6))), orig, context.Canceled)
 		checkLog(ctx, t, c, topic, 0, []int{0})
 
-		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 1, 7)
+		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 1, 6)
 	})
 }
 
 // TestBlockedProduceCanceled: Produce blocks on MaxBufferedRecords (the
 // buffered record's request is held by the broker) and its context is
 // canceled: the record fails before partitioning, failing the topic (-1),
-// synchronously in Produce. The held record is still written.
+// synchronously in Produce. The held record is still written. (The
+// failure is before buffering: the producer configuration plays no part.)
 func TestBlockedProduceCanceled(t *testing.T) {
-	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-		ctx := testCtx(t)
-		c := newCluster(t, 1, topic)
-		h := newFailHook()
-		cl := newClient(t, c, append(append([]kgo.Opt{
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1),
-		}, opts...), failStopOpts(h)...)...)
-		produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	h := newFailHook()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1),
+	}, failStopOpts(h)...)...)
+	produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
 
-		held, doRelease := holdFirstProduce(t, c)
+	held, doRelease := holdFirstProduce(t, c)
 
-		ch1 := produceAsync(ctx, cl, rec(topic, 0, 1))
-		select {
-		case <-held:
-		case <-ctx.Done():
-			t.Fatal("produce request never reached the broker")
-		}
-		// The buffer is full: this Produce blocks until its context is
-		// done, which it already is.
-		cctx, ccancel := context.WithCancel(ctx)
-		ccancel()
-		ch2 := produceAsync(cctx, cl, rec(topic, 0, 2))
-		if evs := h.snapshot(); len(evs) != 1 {
-			t.Fatalf("after the blocked Produce returned, hook calls = %v, want one", evs)
-		}
-		// ManualPartitioner and loaded metadata: the record's partition
-		// is known, so only it fails, not the topic.
-		checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
-		orig := checkWave(t, await(ctx, t, ch2), context.Canceled)
-		doRelease()
-		if r := await(ctx, t, ch1)[0]; r.err != nil {
-			t.Fatalf("seq 1, buffered before the failure: %v", r.err)
-		}
+	ch1 := produceAsync(ctx, cl, rec(topic, 0, 1))
+	select {
+	case <-held:
+	case <-ctx.Done():
+		t.Fatal("produce request never reached the broker")
+	}
+	// The buffer is full: this Produce blocks until its context is
+	// done, which it already is.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	ch2 := produceAsync(cctx, cl, rec(topic, 0, 2))
+	if evs := h.snapshot(); len(evs) != 1 {
+		t.Fatalf("after the blocked Produce returned, hook calls = %v, want one", evs)
+	}
+	// ManualPartitioner and loaded metadata: the record's partition
+	// is known, so only it fails, not the topic.
+	checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
+	orig := checkWave(t, await(ctx, t, ch2), context.Canceled)
+	doRelease()
+	if r := await(ctx, t, ch1)[0]; r.err != nil {
+		t.Fatalf("seq 1, buffered before the failure: %v", r.err)
+	}
 
-		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
-		checkLog(ctx, t, c, topic, 0, []int{0, 1})
-		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 2, 5)
-	})
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
+	checkLog(ctx, t, c, topic, 0, []int{0, 1})
+	recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 2, 5)
 }
 
 // TestMaxBufferedFailsTopic: TryProduce over MaxBufferedRecords (with
@@ -234,19 +213,17 @@ func TestMaxBufferedFailsTopic(t *testing.T) {
 		if !warm {
 			name = "before-metadata"
 		}
-		t.Run(name, func(t *testing.T) {
-			eachConfig(t, func(t *testing.T, opts []kgo.Opt) { testMaxBuffered(t, opts, warm) })
-		})
+		t.Run(name, func(t *testing.T) { testMaxBuffered(t, warm) })
 	}
 }
 
-func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
+func testMaxBuffered(t *testing.T, warm bool) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1, topic)
 	h := newFailHook()
-	cl := newClient(t, c, append(append([]kgo.Opt{
+	cl := newClient(t, c, append([]kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing(), kgo.MaxBufferedRecords(2),
-	}, opts...), failStopOpts(h)...)...)
+	}, failStopOpts(h)...)...)
 	try := func(rs ...*kgo.Record) []chan result {
 		chs := make([]chan result, len(rs))
 		for i, r := range rs {
@@ -287,15 +264,11 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 	}
 	checkEvent(t, h.wait(ctx, t), topic, failed, kgo.ErrMaxBuffered)
 	orig := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
-	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {failed}}, slices.Equal) {
-		t.Fatalf("FailedProducePartitions() = %s, want map[t:[%d]]", fmtFailed(got), failed)
-	}
 
 	// What was buffered (and partitioned) before the failure is written.
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	redo := failSeq // the first seq to produce again after recovery
 	for i, r := range await(ctx, t, buffered) {
 		if r.err != nil {
 			t.Fatalf("seq %d, produced before the failing seq %d: %v, want written", next+i, failSeq, r.err)
@@ -309,15 +282,19 @@ func testMaxBuffered(t *testing.T, opts []kgo.Opt, warm bool) {
 	checkRejected(t, await(ctx, t, after), orig, kgo.ErrMaxBuffered)
 	checkLog(ctx, t, c, topic, 0, written)
 
-	if err := recoverPartitions(cl, map[string][]int32{topic: {failed}}); err != nil {
+	// The recovered records bypass MaxBufferedRecords; with ManualFlushing
+	// they wait for a Flush.
+	checkRefused(t, recoverPartition(cl, topic, failed, 2, nil), 1, 3)
+	redo := recs(topic, 0, failSeq, failSeq+3)
+	redone := make(chan result, len(redo))
+	if err := recoverPartition(cl, topic, failed, 3, func(r *kgo.Record, err error) { redone <- result{r, err} }, redo...); err != nil {
 		t.Fatal(err)
 	}
-	if got := cl.FailedProducePartitions(); len(got) != 0 {
-		t.Fatalf("FailedProducePartitions() after recovery = %s", fmtFailed(got))
+	chs := make([]chan result, len(redo))
+	for i := range chs {
+		chs[i] = redone
 	}
-	for seq := redo; seq < failSeq+3; seq += 2 { // MaxBufferedRecords(2)
-		flushOK(try(recs(topic, 0, seq, min(seq+2, failSeq+3))...))
-	}
+	flushOK(chs)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, failSeq+3))
 	checkHookOnce(t, h)
 }
@@ -335,9 +312,7 @@ func TestUnknownTopicFailsTopic(t *testing.T) {
 		{"retries", []kgo.Opt{kgo.UnknownTopicRetries(1)}, kerr.UnknownTopicOrPartition},
 		{"delivery-timeout", []kgo.Opt{kgo.UnknownTopicRetries(-1), kgo.RecordDeliveryTimeout(time.Second)}, kgo.ErrRecordTimeout},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			eachConfig(t, func(t *testing.T, opts []kgo.Opt) { testUnknownTopic(t, append(tc.opts, opts...), tc.cause) })
-		})
+		t.Run(tc.name, func(t *testing.T) { testUnknownTopic(t, tc.opts, tc.cause) })
 	}
 }
 
@@ -353,9 +328,6 @@ func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
 
 	orig := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 0, 3)...)), cause)
 	checkEvent(t, h.wait(ctx, t), u, -1, cause)
-	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{u: {-1}}, slices.Equal) {
-		t.Fatalf("FailedProducePartitions() = %s, want map[%s:[-1]]", fmtFailed(got), u)
-	}
 	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 3, 5)...)), orig, cause)
 
 	req := kmsg.NewPtrCreateTopicsRequest()
@@ -380,7 +352,7 @@ func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
 }
 
 // TestTransaction: a partition fails inside a transaction; TryCommit is
-// refused, TryAbort succeeds and recovers the partition, read_committed sees
+// refused (the partition stays failed), TryAbort succeeds and recovers it, read_committed sees
 // nothing of the aborted transaction, and a new transaction producing
 // everything again commits it in order.
 func TestTransaction(t *testing.T) {
@@ -403,18 +375,14 @@ func TestTransaction(t *testing.T) {
 	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)), orig, kerr.InvalidRecord)
 
 	err := cl.EndTransaction(ctx, kgo.TryCommit)
-	if !errors.Is(err, kgo.ErrProducePartitionFailed) || !errors.Is(err, kerr.TransactionAbortable) {
-		t.Fatalf("EndTransaction(TryCommit) = %v, want an error wrapping ErrProducePartitionFailed and TransactionAbortable", err)
+	if !errors.Is(err, kgo.ErrProducePartitionFailed) || !errors.Is(err, kerr.InvalidRecord) {
+		t.Fatalf("EndTransaction(TryCommit) = %v, want an error wrapping ErrProducePartitionFailed and INVALID_RECORD", err)
 	}
-	if got := cl.FailedProducePartitions(); !maps.EqualFunc(got, map[string][]int32{topic: {0}}, slices.Equal) {
-		t.Fatalf("FailedProducePartitions() after refused commit = %s, want map[t:[0]]", fmtFailed(got))
-	}
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 8))), orig, kerr.InvalidRecord)
 	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatalf("EndTransaction(TryAbort): %v", err)
 	}
-	if got := cl.FailedProducePartitions(); len(got) != 0 {
-		t.Fatalf("FailedProducePartitions() after abort = %s, want nothing", fmtFailed(got))
-	}
+	// The abort recovered the partition: the new transaction below writes.
 
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -444,100 +412,6 @@ func TestTransaction(t *testing.T) {
 	checkHookOnce(t, h)
 }
 
-// TestHookReenters: the hook produces to the failed partition (rejected) and
-// recovers it from inside, on the client's produce-response goroutine
-// (INVALID_RECORD) and on the producing goroutine (record too large).
-func TestHookReenters(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		opts  []kgo.Opt
-		cause error
-		arm   func(c *kfake.Cluster)
-		fail  func(r *kgo.Record)
-	}{
-		{
-			name:  "response-goroutine",
-			cause: kerr.InvalidRecord,
-			arm: func(c *kfake.Cluster) {
-				c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
-			},
-			fail: func(*kgo.Record) {},
-		},
-		{
-			name:  "producing-goroutine",
-			opts:  []kgo.Opt{kgo.ProducerBatchMaxBytes(512)},
-			cause: kerr.MessageTooLarge,
-			arm:   func(*kfake.Cluster) {},
-			fail: func(r *kgo.Record) {
-				r.Headers = []kgo.RecordHeader{{Key: "pad", Value: make([]byte, 1024)}}
-			},
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-				ctx := testCtx(t)
-				c := newCluster(t, 1, topic)
-
-				type observed struct {
-					inner         chan result
-					before, after map[string][]int32
-					recoverErr    error
-				}
-				var (
-					clMu  sync.Mutex
-					cl    *kgo.Client
-					obsCh = make(chan observed, 1)
-				)
-				h := newFailHook()
-				h.onFail = func(failEvent) {
-					clMu.Lock()
-					cl := cl
-					clMu.Unlock()
-					var o observed
-					o.inner = produceAsync(ctx, cl, rec(topic, 0, 100))[0]
-					o.before = cl.FailedProducePartitions()
-					o.recoverErr = cl.RecoverFailedProducePartitions()
-					o.after = cl.FailedProducePartitions()
-					obsCh <- o
-				}
-				clMu.Lock()
-				cl = newClient(t, c, append(append(append([]kgo.Opt{
-					kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
-				}, opts...), tc.opts...), failStopOpts(h)...)...)
-				clMu.Unlock()
-
-				produceOK(ctx, t, cl, rec(topic, 0, 0)) // loads metadata
-				tc.arm(c)
-				bad := rec(topic, 0, 1)
-				tc.fail(bad)
-				if r := await(ctx, t, produceAsync(ctx, cl, bad))[0]; !errors.Is(r.err, tc.cause) || isPartitionFailed(r.err) {
-					t.Fatalf("seq 1 failed with %v, want %v", r.err, tc.cause)
-				}
-				var o observed
-				select {
-				case o = <-obsCh:
-				case <-ctx.Done():
-					t.Fatal("hook did not finish: deadlocked?")
-				}
-				// Recovering from inside the hook is refused: the failed
-				// record has not been produced again yet.
-				if !maps.EqualFunc(o.before, map[string][]int32{topic: {0}}, slices.Equal) || !maps.EqualFunc(o.after, o.before, slices.Equal) || o.recoverErr == nil {
-					t.Fatalf("in hook, FailedProducePartitions() = %s before recovering and %s after, recovery returned %v; want refused", fmtFailed(o.before), fmtFailed(o.after), o.recoverErr)
-				}
-				checkRejected(t, await(ctx, t, []chan result{o.inner}), nil, tc.cause)
-
-				// Recovered after the hook returned: records flow again.
-				if err := recoverPartitions(cl, map[string][]int32{topic: {0}}); err != nil {
-					t.Fatal(err)
-				}
-				produceOK(ctx, t, cl, rec(topic, 0, 2))
-				checkLog(ctx, t, c, topic, 0, []int{0, 2})
-				checkHookOnce(t, h)
-			})
-		})
-	}
-}
-
 // failLogger closes ch when a produce batch fails; kgo logs this under the
 // partition's lock just before it fails the batch's records.
 type failLogger struct {
@@ -557,55 +431,50 @@ func (l *failLogger) Log(_ kgo.LogLevel, msg string, _ ...any) {
 // failure was processed but before r1's promise ran, is written (offset 0),
 // ahead of r1 if r1 is produced again. The hook is not called.
 func TestOptionOffKeepsReorderBug(t *testing.T) {
-	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-		ctx := testCtx(t)
-		c := newCluster(t, 2, topic)
-		lg := &failLogger{ch: make(chan struct{})}
-		h := newFailHook()
-		cl := newClient(t, c, append([]kgo.Opt{
-			kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
-			kgo.WithLogger(lg), kgo.WithHooks(h),
-		}, opts...)...)
+	ctx := testCtx(t)
+	c := newCluster(t, 2, topic)
+	lg := &failLogger{ch: make(chan struct{})}
+	h := newFailHook()
+	cl := newClient(t, c,
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.WithLogger(lg), kgo.WithHooks(h),
+	)
 
-		produceOK(ctx, t, cl, rec(topic, 1, 0)) // metadata
-		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+	produceOK(ctx, t, cl, rec(topic, 1, 0)) // metadata
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
 
-		// Hold the single promise goroutine in a promise.
-		entered, gate := make(chan struct{}), make(chan struct{})
-		var gateOnce sync.Once
-		openGate := func() { gateOnce.Do(func() { close(gate) }) }
-		t.Cleanup(openGate)
-		cl.Produce(ctx, rec(topic, 1, 1), func(*kgo.Record, error) { close(entered); <-gate })
-		select {
-		case <-entered:
-		case <-ctx.Done():
-			t.Fatal("gate promise never ran")
-		}
+	// Hold the single promise goroutine in a promise.
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var gateOnce sync.Once
+	openGate := func() { gateOnce.Do(func() { close(gate) }) }
+	t.Cleanup(openGate)
+	cl.Produce(ctx, rec(topic, 1, 1), func(*kgo.Record, error) { close(entered); <-gate })
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("gate promise never ran")
+	}
 
-		p1 := produceAsync(ctx, cl, rec(topic, 0, 1))
-		select {
-		case <-lg.ch:
-		case <-ctx.Done():
-			t.Fatal("r1's batch never failed")
-		}
-		p2 := produceAsync(ctx, cl, rec(topic, 0, 2))
-		openGate()
+	p1 := produceAsync(ctx, cl, rec(topic, 0, 1))
+	select {
+	case <-lg.ch:
+	case <-ctx.Done():
+		t.Fatal("r1's batch never failed")
+	}
+	p2 := produceAsync(ctx, cl, rec(topic, 0, 2))
+	openGate()
 
-		r1, r2 := await(ctx, t, p1)[0], await(ctx, t, p2)[0]
-		if !errors.Is(r1.err, kerr.InvalidRecord) {
-			t.Fatalf("r1: %v, want INVALID_RECORD", r1.err)
-		}
-		if r2.err != nil || r2.r.Offset != 0 {
-			t.Fatalf("r2: offset %d, err %v; want today's bug: r2 written at offset 0", r2.r.Offset, r2.err)
-		}
-		checkLog(ctx, t, c, topic, 0, []int{2})
-		if got := cl.FailedProducePartitions(); len(got) != 0 {
-			t.Fatalf("FailedProducePartitions() with the option off = %s", fmtFailed(got))
-		}
-		if evs := h.snapshot(); len(evs) != 0 {
-			t.Fatalf("hook called with the option off: %v", evs)
-		}
-	})
+	r1, r2 := await(ctx, t, p1)[0], await(ctx, t, p2)[0]
+	if !errors.Is(r1.err, kerr.InvalidRecord) {
+		t.Fatalf("r1: %v, want INVALID_RECORD", r1.err)
+	}
+	if r2.err != nil || r2.r.Offset != 0 {
+		t.Fatalf("r2: offset %d, err %v; want today's bug: r2 written at offset 0", r2.r.Offset, r2.err)
+	}
+	checkLog(ctx, t, c, topic, 0, []int{2})
+	if evs := h.snapshot(); len(evs) != 0 {
+		t.Fatalf("hook called with the option off: %v", evs)
+	}
 }
 
 // rrManual puts keyed records in their Record.Partition, consistently (like
@@ -652,56 +521,54 @@ func TestUnkeyedRoutedAround(t *testing.T) {
 		{"round-robin", []kgo.Opt{kgo.RecordPartitioner(rrManual{})}, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
-				ctx := testCtx(t)
-				c := newCluster(t, nParts, topic)
-				h := newFailHook()
-				cl := newClient(t, c, append(append(append([]kgo.Opt{kgo.ProducerLinger(0)}, tc.opts...), opts...), failStopOpts(h)...)...)
-				keyed := func(from, to int) []*kgo.Record {
-					rs := recs(topic, 0, from, to)
-					for _, r := range rs {
-						r.Key = key0
-					}
-					return rs
+			ctx := testCtx(t)
+			c := newCluster(t, nParts, topic)
+			h := newFailHook()
+			cl := newClient(t, c, append(append([]kgo.Opt{kgo.ProducerLinger(0)}, tc.opts...), failStopOpts(h)...)...)
+			keyed := func(from, to int) []*kgo.Record {
+				rs := recs(topic, 0, from, to)
+				for _, r := range rs {
+					r.Key = key0
 				}
+				return rs
+			}
 
-				fix := faultProduce(kerr.InvalidRecord, -1)(c)
-				wave := await(ctx, t, produceAsync(ctx, cl, keyed(0, 3)...))
-				for _, w := range wave {
-					if w.r.Partition != 0 {
-						t.Fatalf("keyed record went to partition %d, want 0", w.r.Partition)
-					}
+			fix := faultProduce(kerr.InvalidRecord, -1)(c)
+			wave := await(ctx, t, produceAsync(ctx, cl, keyed(0, 3)...))
+			for _, w := range wave {
+				if w.r.Partition != 0 {
+					t.Fatalf("keyed record went to partition %d, want 0", w.r.Partition)
 				}
-				orig := checkWave(t, wave, kerr.InvalidRecord)
-				checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
-				fix()
+			}
+			orig := checkWave(t, wave, kerr.InvalidRecord)
+			checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+			fix()
 
-				var unkeyed []*kgo.Record
-				for range 60 {
-					unkeyed = append(unkeyed, &kgo.Record{Topic: topic, Value: make([]byte, tc.valSize)})
-				}
-				perPart := make([]int, nParts)
-				for _, r := range produceOK(ctx, t, cl, unkeyed...) {
-					perPart[r.r.Partition]++
-				}
-				if perPart[0] != 0 {
-					t.Fatalf("unkeyed records per partition %v: some went to failed partition 0", perPart)
-				}
-				t.Logf("unkeyed records per partition: %v", perPart)
-				checkRejected(t, await(ctx, t, produceAsync(ctx, cl, keyed(3, 5)...)), orig, kerr.InvalidRecord)
-				checkLog(ctx, t, c, topic, 0, nil)
+			var unkeyed []*kgo.Record
+			for range 60 {
+				unkeyed = append(unkeyed, &kgo.Record{Topic: topic, Value: make([]byte, tc.valSize)})
+			}
+			perPart := make([]int, nParts)
+			for _, r := range produceOK(ctx, t, cl, unkeyed...) {
+				perPart[r.r.Partition]++
+			}
+			if perPart[0] != 0 {
+				t.Fatalf("unkeyed records per partition %v: some went to failed partition 0", perPart)
+			}
+			t.Logf("unkeyed records per partition: %v", perPart)
+			checkRejected(t, await(ctx, t, produceAsync(ctx, cl, keyed(3, 5)...)), orig, kerr.InvalidRecord)
+			checkLog(ctx, t, c, topic, 0, nil)
 
-				cl.RecoverProducePartitions(map[string][]int32{topic: {0}})
-				produceOK(ctx, t, cl, keyed(0, 5)...)
-				checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
-			})
+			recoverOK(ctx, t, cl, topic, 0, 5, keyed(0, 5)...)
+			checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
 		})
 	}
 }
 
 // TestNewClientRejectsUnsafe: the option cannot keep order with more than one
-// non-idempotent request in flight, with acks=0, or with idempotent produce
-// cancellation.
+// non-idempotent request in flight, nor with acks=0; idempotent produce
+// cancellation is allowed (a record that may be written fails with
+// ErrPossiblyWritten).
 func TestNewClientRejectsUnsafe(t *testing.T) {
 	c := newCluster(t, 1, topic)
 	for _, tc := range []struct {
@@ -711,7 +578,7 @@ func TestNewClientRejectsUnsafe(t *testing.T) {
 	}{
 		{"non-idempotent-inflight-2", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(2)}, true},
 		{"acks-0", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.NoAck())}, true},
-		{"idempotent-produce-cancellation", []kgo.Opt{kgo.AllowIdempotentProduceCancellation()}, true},
+		{"idempotent-produce-cancellation", []kgo.Opt{kgo.AllowIdempotentProduceCancellation()}, false},
 		{"non-idempotent-inflight-1", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.MaxProduceRequestsInflightPerBroker(1)}, false},
 		{"non-idempotent-acks-1", []kgo.Opt{kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck())}, false},
 		{"idempotent", nil, false},
@@ -738,15 +605,13 @@ func TestNewClientRejectsUnsafe(t *testing.T) {
 	}
 }
 
-// recoverAndReproduce recovers tp's partition (-1: the topic), produces the
-// records [from, to) of partition 0 again, in order, and checks that the log
-// then holds [0, to) and that the hook ran exactly once.
+// recoverAndReproduce recovers tp's partition (-1: the topic) with the
+// records [from, to) of partition 0, every one of which failed or was
+// rejected (one short of that is refused), and checks that the log then holds
+// [0, to) and that the hook ran exactly once.
 func recoverAndReproduce(ctx context.Context, t *testing.T, cl *kgo.Client, c *kfake.Cluster, h *failHook, tp string, partition int32, from, to int) {
 	t.Helper()
-	if err := cl.RecoverProducePartitions(map[string][]int32{tp: {partition}}); err != nil {
-		t.Fatal(err)
-	}
-	produceOK(ctx, t, cl, recs(tp, 0, from, to)...)
+	recoverOK(ctx, t, cl, tp, partition, to-from, recs(tp, 0, from, to)...)
 	checkLog(ctx, t, c, tp, 0, seqRange(0, to))
 	checkHookOnce(t, h)
 }
