@@ -20,7 +20,8 @@
 # lost=N duplicates=N unfinished_promises=N baseline_violations=N").
 #
 # Env: CHAOS_SECONDS (per side), CHAOS_SEED (first seed, default 1000, the
-# same on both sides), CHAOS_OUT (where histories of violating runs are kept;
+# same on both sides), CHAOS_KINDS (only these producer kinds, e.g.
+# "idempotent transactional"; default all), CHAOS_OUT (where histories of violating runs are kept;
 # default a temporary directory that is removed).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
