@@ -481,7 +481,7 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 			}
 		}
 		r.mu.Unlock()
-		r.violate("stuck", nil, "records not resolved %v after producing stopped (failed partitions in kgo: %v): %v", drainTimeout, failedPartitions(cl), stuck)
+		r.violate("stuck", nil, "records not resolved %v after producing stopped (failed partitions in kgo: %v): %v", drainTimeout, failedPartitions(cl, chaosTopic, len(r.parts)), stuck)
 		// Where every goroutine is, for the history: a stuck run
 		// rarely reproduces from its seed alone.
 		var stacks strings.Builder
@@ -916,7 +916,7 @@ func (r *run) endTxn(quit chan struct{}) bool {
 			return false
 		}
 		r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("EndTransaction(%d, TryAbort): ok", seq))
-		if still := failedPartitions(r.cl); r.rc.mode != modeNaive && len(still) > 0 {
+		if still := failedPartitions(r.cl, chaosTopic, len(r.parts)); r.rc.mode != modeNaive && len(still) > 0 {
 			r.violate("txn", nil, "transaction %d aborted, yet partitions are still failed in kgo: %v", seq, still)
 		}
 	}
@@ -1119,7 +1119,7 @@ func (r *run) recoverLocked(parts []int32) {
 	if len(parts) == 1 {
 		part = parts[0]
 	}
-	r.hist.add(evRecover, nil, nil, part, fmt.Sprintf("RecoverProducePartitions(%s: %v)", chaosTopic, parts))
+	r.hist.add(evRecover, nil, nil, part, fmt.Sprintf("RecoverProducePartition(%s: %v)", chaosTopic, parts))
 	recoverPartitions(r.cl, map[string][]int32{chaosTopic: parts})
 }
 

@@ -4,6 +4,8 @@ package chaos_test
 
 import (
 	"errors"
+	"math"
+	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -22,11 +24,32 @@ func failStopOpts(h any) []kgo.Opt {
 	return []kgo.Opt{kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(h)}
 }
 
+// recoverPartitions recovers partitions whose every record the harness has
+// seen promised (it waits for that), with no records: it produces the failed
+// ones again itself, holding the partition's new records until then.
 func recoverPartitions(cl *kgo.Client, partitions map[string][]int32) {
-	cl.RecoverProducePartitions(partitions)
+	for topic, ps := range partitions {
+		for _, p := range ps {
+			cl.RecoverProducePartition(topic, p, math.MaxInt, false, nil)
+		}
+	}
 }
 
-func failedPartitions(cl *kgo.Client) map[string][]int32 { return cl.FailedProducePartitions() }
+// failedPartitions probes which of topic's n partitions (and the topic, -1)
+// are failed in kgo: a recovery with seen -1 is refused, changing nothing,
+// exactly when the partition is failed.
+func failedPartitions(cl *kgo.Client, topic string, n int) map[string][]int32 {
+	var failed []int32
+	for p := int32(-1); p < int32(n); p++ {
+		if err := cl.RecoverProducePartition(topic, p, -1, false, nil); err != nil && strings.Contains(err.Error(), "not seen") {
+			failed = append(failed, p)
+		}
+	}
+	if failed == nil {
+		return nil
+	}
+	return map[string][]int32{topic: failed}
+}
 
 // isPartitionFailed reports whether err is a rejection by a failed partition
 // or topic.

@@ -19,7 +19,7 @@ func failStopOpts(any) []kgo.Opt { return nil }
 
 func recoverPartitions(*kgo.Client, map[string][]int32) {}
 
-func failedPartitions(*kgo.Client) map[string][]int32 { return nil }
+func failedPartitions(*kgo.Client, string, int) map[string][]int32 { return nil }
 
 func isPartitionFailed(error) bool { return false }
 
