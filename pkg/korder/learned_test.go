@@ -17,7 +17,7 @@ import (
 // options give none (kgo's default, wrapped so that the Producer can pin
 // keyed records), which newProducer's ManualPartitioner would otherwise
 // replace.
-func defaultPartitioner() kgo.Opt { return korder.PinningPartitioner() }
+func defaultPartitioner() kgo.Opt { return kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)) }
 
 // kgoDefaultPartitioner is kgo's default partitioner given explicitly: the
 // Producer cannot pin records with it (see the package documentation).

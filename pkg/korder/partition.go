@@ -1,0 +1,383 @@
+package korder
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partition is the state machine of one failed partition (or, as partition
+// -1, of a topic that failed before its records were partitioned). It
+// exists while kgo has the partition failed, while records of it are being
+// settled or produced again, and while it is stopped; a healthy partition
+// has none.
+//
+// While kgo has the partition failed, kgo rejects every later record of it,
+// and each failed or rejected record comes back to the Producer in its
+// promise: the partition collects them (q, in Produce order) and counts them
+// (seen). One worker goroutine settles them, the earliest first, through the
+// policies. Records to produce again are handed back with
+// RecoverProducePartition, which buffers them at the partition's front and
+// un-fails it in one step, and refuses while kgo failed or rejected records
+// that have not come back yet: the worker then waits for them and calls
+// again. Everything is under mu; the worker waits on cond, which every
+// change signals, so no wake-up is lost.
+type partition struct {
+	p  *Producer
+	t  *topic
+	id int32
+
+	mu       sync.Mutex
+	cond     sync.Cond
+	q        queue
+	seen     int   // records of kgo's current failure of the partition received
+	failed   bool  // kgo has the partition failed
+	organic  bool  // a record that the failure itself failed (not rejected) came back
+	stopped  error // Stop's cause: records that come back fail with ErrStopped
+	resume   bool  // Resume was asked while records kgo rejected were missing
+	worker   bool  // the worker goroutine runs
+	holding  bool  // the worker holds the topic (Isolate, or records missing under load)
+	full     bool  // at MaxHeld (the topic's full count includes it)
+	inRound  map[*kgo.Record]*pending
+	round    uint64 // the last round sent
+	roundN   int    // its records
+	failedRd bool   // a record of the last round failed
+	suspects int    // Isolate: records of the last failed round still suspect (-1: not known)
+	roundEnd chan struct{}
+	since    time.Time
+}
+
+func newPartition(p *Producer, t *topic, id int32) *partition {
+	pt := &partition{p: p, t: t, id: id, suspects: -1, since: time.Now()}
+	pt.cond.L = &pt.mu
+	return pt
+}
+
+// arriveLocked takes a failed or rejected record of the partition.
+func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
+	pd.err = err
+	pt.seen++
+	pt.failed = true
+	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+	if !rejected {
+		pt.organic = true
+	}
+	defer pt.cond.Broadcast()
+	switch {
+	case pt.p.isClosed():
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case pt.stopped != nil:
+		pt.p.st.stopped.Add(1)
+		pt.tryResumeLocked()
+		return fmt.Errorf("%w: %w", ErrStopped, pt.stopped)
+	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
+		pt.p.st.heldFull.Add(1)
+		return fmt.Errorf("%w: %w", ErrHeldFull, err)
+	}
+	pt.q.insert(pd)
+	pt.t.heldBytes.Add(pd.size())
+	pt.checkFullLocked()
+	pt.startLocked()
+	return nil
+}
+
+func (pt *partition) atBoundLocked() bool {
+	return (pt.p.cfg.maxHeld > 0 && pt.q.len() >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
+}
+
+// checkFullLocked makes Produce for the topic block while the partition is
+// at its bound (unless RejectWhenHeldFull).
+func (pt *partition) checkFullLocked() {
+	full := !pt.p.cfg.rejectWhenFull && pt.atBoundLocked()
+	if full != pt.full {
+		pt.full = full
+		if full {
+			pt.t.block(1)
+		} else {
+			pt.t.block(-1)
+		}
+	}
+}
+
+func (pt *partition) startLocked() {
+	if !pt.worker && pt.stopped == nil {
+		pt.worker = true
+		go pt.run()
+	}
+}
+
+// run is the worker: it settles the partition's records until the partition
+// is healthy, stopped, or the Producer closes.
+func (pt *partition) run() {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for {
+		switch {
+		case pt.p.isClosed():
+			pt.endLocked(ErrClosed)
+			return
+		case pt.stopped != nil:
+			pt.endLocked(nil)
+			return
+		case len(pt.inRound) > 0: // wait for the round's outcome
+			pt.cond.Wait()
+			continue
+		case pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
+			pt.cond.Wait()
+			continue
+		case pt.q.len() == 0:
+			if !pt.failed {
+				pt.endLocked(nil)
+				return
+			}
+			if pt.recoverLocked(0) != nil { // nothing to produce again: un-fail
+				pt.cond.Wait()
+			}
+			continue
+		case pt.failed && !pt.organic: // the failure's own records come first
+			pt.cond.Wait()
+			continue
+		}
+		pd := pt.q.front()
+		if err := pd.canceled(); err != nil {
+			pt.settleLocked(pd, err)
+			pt.p.st.canceled.Add(1)
+			continue
+		}
+		c := &call{pd: pd, suspects: pt.suspectsLocked(), env: pt}
+		pt.mu.Unlock()
+		a := pt.p.decide(c)
+		pt.mu.Lock()
+		if pt.p.isClosed() {
+			continue
+		}
+		switch a.kind {
+		case actSettle:
+			pt.settleLocked(pd, a.err)
+			if pt.suspects == 1 {
+				pt.suspects = 0 // the culprit: the rest goes whole
+			}
+		case actStop:
+			pt.stopLocked(a.err)
+		case actProduce:
+			pt.produceLocked(a.n)
+		}
+	}
+}
+
+func (pt *partition) suspectsLocked() int {
+	if pt.suspects < 0 {
+		return max(pt.q.len(), 2)
+	}
+	return pt.suspects
+}
+
+// settleLocked removes pd and calls its promise with err, without the lock.
+func (pt *partition) settleLocked(pd *pending, err error) {
+	if !pt.q.remove(pd) {
+		return
+	}
+	pt.t.heldBytes.Add(-pd.size())
+	pt.checkFullLocked()
+	pt.mu.Unlock()
+	pt.p.finish(pd, err)
+	pt.mu.Lock()
+}
+
+// stopLocked stops the partition: kgo keeps it failed, and every record of
+// it, collected or yet to come back, fails with ErrStopped.
+func (pt *partition) stopLocked(cause error) {
+	pt.stopped = cause
+	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
+	pt.releaseLocked()
+	err := fmt.Errorf("%w: %w", ErrStopped, cause)
+	for pt.q.len() > 0 {
+		pt.p.st.stopped.Add(1)
+		pt.settleLocked(pt.q.front(), err)
+	}
+}
+
+// endLocked ends the worker: with err (closing), what it holds fails.
+func (pt *partition) endLocked(err error) {
+	pt.releaseLocked()
+	for err != nil && pt.q.len() > 0 {
+		pd := pt.q.front()
+		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
+	}
+	pt.worker = false
+	if pt.stopped == nil && !pt.failed && pt.q.len() == 0 {
+		pt.mu.Unlock()
+		pt.t.forget(pt)
+		pt.mu.Lock()
+	}
+}
+
+// produceLocked hands the first n records (0: all) back to kgo, at the
+// partition's front, in one step with un-failing it. If kgo has records of
+// the partition that have not come back yet, it waits for them and tries
+// again. A part (Isolate) is produced while the topic is held, so that no
+// record produced later can reach the partition before the rest.
+func (pt *partition) produceLocked(n int) {
+	for refused := 0; ; refused++ {
+		if pt.p.isClosed() || pt.q.len() == 0 {
+			return
+		}
+		part := n > 0 && n < pt.q.len()
+		if (part || refused == 16) && !pt.holding {
+			// A part needs the topic held; so does a partition that
+			// producers keep rejecting faster than their records
+			// come back (the refusals could otherwise go on).
+			pt.holding = true
+			pt.mu.Unlock()
+			pt.t.block(1)
+			if part {
+				pt.p.quiesce()
+			}
+			pt.mu.Lock()
+			continue
+		}
+		if pt.recoverLocked(n) == nil {
+			return
+		}
+		pt.cond.Wait()
+	}
+}
+
+// recoverLocked recovers the partition with its first n records (0: all):
+// with RecoverProducePartition while kgo has it failed, else (after a part
+// that was written, while the topic is held) by producing them.
+func (pt *partition) recoverLocked(n int) error {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	whole := n == pt.q.len()
+	rs := make([]*kgo.Record, n)
+	for i := range n {
+		rs[i] = pt.q.rs[i].r
+	}
+	// The round's records are known before kgo may promise them.
+	inRound := make(map[*kgo.Record]*pending, n)
+	for _, pd := range pt.q.rs[:n] {
+		inRound[pd.r] = pd
+	}
+	pt.inRound = inRound
+	viaRecover := pt.failed
+	if viaRecover {
+		if err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, pt.roundPromise, rs...); err != nil {
+			pt.inRound = nil
+			return err
+		}
+		pt.failed, pt.organic, pt.seen = false, false, 0
+	}
+	if n == 0 {
+		pt.inRound = nil
+		return nil
+	}
+	pt.round++
+	pt.roundN, pt.failedRd = n, false
+	pds := pt.q.take(0, n)
+	for _, pd := range pds {
+		pd.round = pt.round
+		pt.t.heldBytes.Add(-pd.size())
+	}
+	pt.checkFullLocked()
+	pt.roundEnd = make(chan struct{})
+	pt.p.flushUntil(pt.roundEnd)
+	if !viaRecover {
+		// After a part that was written, while the topic is held:
+		// nothing else produces to the partition meanwhile.
+		pt.mu.Unlock()
+		for _, pd := range pds {
+			pt.p.cl.Produce(pd.ctx, pd.r, pt.roundPromise)
+		}
+		pt.mu.Lock()
+	}
+	if whole {
+		pt.releaseLocked()
+	}
+	return nil
+}
+
+// roundPromise is the promise of the records produced again.
+func (pt *partition) roundPromise(r *kgo.Record, err error) {
+	pt.mu.Lock()
+	pd := pt.inRound[r]
+	pt.mu.Unlock()
+	if pd == nil {
+		return
+	}
+	pt.p.result(pd, r, err) // a failure comes back to its partition first
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	delete(pt.inRound, r)
+	if err != nil {
+		pt.failedRd = true
+	}
+	if len(pt.inRound) > 0 {
+		return
+	}
+	close(pt.roundEnd)
+	switch {
+	case pt.failedRd:
+		pt.suspects = pt.q.countFront(pt.round)
+	case pt.suspects > pt.roundN:
+		pt.suspects -= pt.roundN
+	default:
+		pt.suspects = -1
+	}
+	pt.cond.Broadcast()
+}
+
+// releaseLocked ends the worker's hold of the topic.
+func (pt *partition) releaseLocked() {
+	if pt.holding {
+		pt.holding = false
+		pt.t.block(-1)
+	}
+}
+
+// tryResumeLocked ends a Stop once kgo agrees that every record it failed or
+// rejected came back.
+func (pt *partition) tryResumeLocked() {
+	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, nil) != nil {
+		return
+	}
+	pt.stopped, pt.resume, pt.failed, pt.organic, pt.seen = nil, false, false, false, 0
+	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
+	pt.startLocked() // it ends at once, and forgets the partition
+}
+
+// The partition is its policies' stepEnv.
+
+func (pt *partition) backoff(d time.Duration) bool {
+	if d <= 0 {
+		return !pt.p.isClosed()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-pt.p.closing:
+		return false
+	}
+}
+
+func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) error {
+	if quarantine && !pt.t.quarantineRoom(pd.r.Key) {
+		return errQuarantineFull
+	}
+	done := make(chan struct{})
+	pt.p.flushUntil(done)
+	err := pt.p.dl.write(topic, pd)
+	close(done)
+	if err == nil && quarantine {
+		pt.t.addQuarantine(pd.r.Key, topic, pd.err)
+	}
+	return err
+}
+
+func (pt *partition) count(c *counter) { c.Add(1) }
