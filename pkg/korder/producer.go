@@ -406,11 +406,15 @@ func (p *Producer) Resume(topic string) {
 // quarantined is a no-op.
 func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	t := p.topics[topic]
-	p.mu.Unlock()
-	if t != nil && t.release(key) {
-		p.logf(kgo.LogLevelInfo, "korder: released quarantined key", "topic", topic, "key", string(key))
+	if t == nil || !t.release(key) {
+		return
 	}
+	t.mu.Lock()
+	t.forgetLocked()
+	t.mu.Unlock()
+	p.logf(kgo.LogLevelInfo, "korder: released quarantined key", "topic", topic, "key", string(key))
 }
 
 // Quarantined returns the keys quarantined in topic, sorted.

@@ -70,11 +70,16 @@ func (t *topic) forget(pt *partition) {
 			o.mu.Unlock()
 		}
 	}
+	t.forgetLocked()
+}
+
+// forgetLocked drops the topic if it has nothing. Under p.mu and t.mu.
+func (t *topic) forgetLocked() {
 	t.amu.Lock()
 	empty := len(t.parts) == 0 && t.blocks == 0 && len(t.quarantine) == 0
 	t.amu.Unlock()
-	if empty && p.topics[t.name] == t {
-		delete(p.topics, t.name)
+	if empty && t.p.topics[t.name] == t {
+		delete(t.p.topics, t.name)
 	}
 }
 
