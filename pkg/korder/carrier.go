@@ -20,18 +20,26 @@ type carriers struct {
 	pool sync.Pool
 }
 
-// newCarriers returns the carriers of a Producer, whose promises call
-// finish with the record's pending state (a copy: the carrier is freed
-// first).
-func newCarriers(finish func(pd *pending, r *kgo.Record, err error)) *carriers {
+// newCarriers returns the carriers of a Producer, whose promises call ok
+// with the record's promise, or failed with a copy of its pending state (the
+// carrier is freed first).
+func newCarriers(ok func(func(*kgo.Record, error), *kgo.Record, error), failed func(*pending, *kgo.Record, error)) *carriers {
 	cs := &carriers{}
 	cs.pool.New = func() any {
 		c := new(carrier)
 		c.done = func(r *kgo.Record, err error) {
-			pd := c.pd
+			if err == nil {
+				promise := c.pd.promise
+				c.pd = pending{}
+				cs.pool.Put(c)
+				ok(promise, r, nil)
+				return
+			}
+			pd := new(pending)
+			*pd = c.pd
 			c.pd = pending{}
 			cs.pool.Put(c)
-			finish(&pd, r, err)
+			failed(pd, r, err)
 		}
 		return c
 	}

@@ -163,6 +163,9 @@ func (pt *partition) run() {
 		case actStop:
 			pt.stopLocked(a.err)
 		case actProduce:
+			if a.n > 0 && pt.suspects < 0 {
+				pt.suspects = c.suspects
+			}
 			pt.produceLocked(a.n)
 		}
 	}

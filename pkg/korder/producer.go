@@ -75,7 +75,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = chain(p.cfg.policies, &p.st)
-	p.carriers = newCarriers(p.result)
+	p.carriers = newCarriers(p.done, p.result)
 	p.dl = newDeadLetters(p.cfg.policies)
 	all := append(append([]kgo.Opt(nil), kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
@@ -166,41 +166,51 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	if p.always || r.Topic == "" {
 		r.Topic = p.defaultTopic
 	}
-	pd := pending{seq: p.in.Add(1), ctx: ctx, r: r, promise: promise}
+	seq := p.in.Add(1)
+	g := p.gen.Load()
+	b := &p.busy[g&1]
+	b.Add(1)
+	if p.attn.Load() == 0 {
+		p.handoff(ctx, r, promise, seq)
+		b.Add(-1)
+		return
+	}
+	b.Add(-1)
+	p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
+}
+
+// handoff gives a record to kgo, with a carrier for its promise.
+func (p *Producer) handoff(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64) {
+	c := p.carriers.claim()
+	c.pd = pending{seq: seq, ctx: ctx, r: r, promise: promise}
+	p.cl.Produce(ctx, r, c.done)
+}
+
+// produceSlow is Produce while something takes it off the no-failure path.
+func (p *Producer) produceSlow(pd *pending) {
 	for {
 		g := p.gen.Load()
 		b := &p.busy[g&1]
-		b.Add(1)
-		if p.attn.Load() == 0 {
-			c := p.carriers.claim()
-			c.pd = pd
-			p.cl.Produce(ctx, r, c.done)
-			b.Add(-1)
-			return
-		}
-		wait, err := p.admit(&pd)
-		if err == errDiverted {
-			b.Add(-1)
-			return
-		}
+		b.Add(1) // before admit looks: see quiesce
+		wait, err := p.admit(pd)
 		if wait == nil && err == nil {
-			c := p.carriers.claim()
-			c.pd = pd
-			p.cl.Produce(ctx, r, c.done)
+			p.handoff(pd.ctx, pd.r, pd.promise, pd.seq)
 		}
 		b.Add(-1)
-		if err != nil {
-			p.finish(&pd, err)
+		switch {
+		case err == errDiverted:
 			return
-		}
-		if wait == nil {
+		case err != nil:
+			p.finish(pd, err)
+			return
+		case wait == nil:
 			return
 		}
 		select {
 		case <-wait:
-		case <-ctx.Done():
+		case <-pd.ctx.Done():
 			p.st.canceled.Add(1)
-			p.finish(&pd, ctx.Err())
+			p.finish(pd, pd.ctx.Err())
 			return
 		case <-p.closing:
 		}
@@ -286,8 +296,10 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 }
 
 // finish calls a record's promise, and counts it out.
-func (p *Producer) finish(pd *pending, err error) {
-	pd.promise(pd.r, err)
+func (p *Producer) finish(pd *pending, err error) { p.done(pd.promise, pd.r, err) }
+
+func (p *Producer) done(promise func(*kgo.Record, error), r *kgo.Record, err error) {
+	promise(r, err)
 	n := p.out.Add(1)
 	if p.waiters.Load() > 0 && n == p.in.Load() {
 		p.idleMu.Lock()
