@@ -137,9 +137,19 @@ func TestKeyedPreBufferFailureStopsOnlyItsPartition(t *testing.T) {
 // Close during it fails the record with ErrClosed.
 func TestDeadLetterDoesNotBlockPromises(t *testing.T) {
 	ctx := testCtx(t)
-	c := newCluster(t, 2)
+	// Two brokers: the held dead-letter request holds its connection, so
+	// the healthy partition must be led by the other broker.
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
 	poison(c)
 	dlqID := c.TopicInfo(dlq).TopicID
+	healthy, sick := int32(0), int32(1)
+	if c.PartitionInfo(topic, 0).Leader == c.PartitionInfo(dlq, 0).Leader {
+		healthy, sick = 1, 0
+	}
 	held, release := make(chan struct{}), make(chan struct{})
 	defer close(release)
 	var once sync.Once
@@ -155,10 +165,10 @@ func TestDeadLetterDoesNotBlockPromises(t *testing.T) {
 	})
 	p := newProducer(t, c, nil, korder.WithPolicies(korder.DeadLetter(dlq), korder.Stop()))
 	ps := newPromises()
-	poisoned := &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}
+	poisoned := &kgo.Record{Topic: topic, Partition: sick, Value: []byte("POISON")}
 	p.Produce(ctx, poisoned, ps.fn())
 	waitOn(ctx, t, held, "the dead-letter write")
-	if err := produceSync(ctx, p, rec(1, "x", 0)); err != nil {
+	if err := produceSync(ctx, p, rec(healthy, "x", 0)); err != nil {
 		t.Fatalf("partition 1 while the dead-letter write is held: %v", err)
 	}
 	go p.Close()
@@ -250,24 +260,39 @@ func TestForgetsRecoveredAndBoundsQuarantine(t *testing.T) {
 	}
 }
 
+// unbuffered signals each record kgo is done with (before its promise).
+type unbuffered chan struct{}
+
+func (u unbuffered) OnProduceRecordUnbuffered(*kgo.Record, error) { u <- struct{}{} }
+
 // 10. MaxHeld bounds what the Producer keeps for a failed partition with
-// kgo's default partitioner: Produce blocks (here until its context ends).
+// kgo's default partitioner: once it keeps MaxHeld, Produce blocks (here
+// until its context ends). Each record is produced once kgo is done with the
+// one before, so that what the Producer keeps is known.
 func TestMaxHeldDefaultPartitioner(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
 	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
-	p := newProducer(t, c, []kgo.Opt{defaultPartitioner()}, korder.MaxHeld(100),
-		korder.WithPolicies(korder.Retry(1_000_000, time.Millisecond), korder.Stop()))
+	defer fault.Remove()
+	unbuf := make(unbuffered, 1000)
+	// A backoff longer than the test: the partition stays failed, and
+	// what the Producer keeps for it only grows.
+	p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), kgo.WithHooks(unbuf)}, korder.MaxHeld(100),
+		korder.WithPolicies(korder.Retry(1, time.Hour), korder.Stop()))
 	k0 := keyFor("k", 0, 2)
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
 	ps := newPromises()
 	maxHeld := int64(0)
 	for i := range 300 {
 		p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(k0), Value: []byte{byte(i)}}, ps.fn())
+		if pctx.Err() != nil {
+			continue // blocked until its context ended
+		}
+		waitOn(ctx, t, unbuf, "kgo to finish the record")
 		maxHeld = max(maxHeld, p.Stats().Held)
 	}
-	fault.Remove()
+	p.Close()
 	ps.wait(ctx, t)
 	canceled := 0
 	for _, err := range ps.check(t) {
@@ -275,7 +300,7 @@ func TestMaxHeldDefaultPartitioner(t *testing.T) {
 			canceled++
 		}
 	}
-	if canceled == 0 || maxHeld > 110 {
+	if canceled == 0 || maxHeld > 101 {
 		t.Fatalf("MaxHeld(100): held up to %d, %d records blocked until their context ended", maxHeld, canceled)
 	}
 }

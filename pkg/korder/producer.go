@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -283,7 +284,11 @@ func (p *Producer) quiesce() {
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	if err != nil {
 		rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
-		if pt := p.lockPartition(r.Topic, r.Partition, rejected, true); pt != nil {
+		id := r.Partition
+		if rejected && strings.Contains(err.Error(), "topic "+r.Topic+" partition -1:") {
+			id = -1 // rejected by kgo's failure of the whole topic
+		}
+		if pt := p.lockPartition(r.Topic, id, rejected, true); pt != nil {
 			settle := pt.arriveLocked(pd, err)
 			pt.mu.Unlock()
 			if settle == nil {
