@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -43,15 +44,15 @@ type partition struct {
 	full     bool  // at MaxHeld (the topic's full count includes it)
 	inRound  map[*kgo.Record]*pending
 	round    uint64 // the last round sent
-	roundN   int    // its records
 	failedRd bool   // a record of the last round failed
-	suspects int    // Isolate: records of the last failed round still suspect (-1: not known)
+	suspectRd uint64 // Isolate: the last round that failed; its records still kept are suspect
+	settled   bool   // a policy settled the first record: the rest is produced again before any policy sees it
 	roundEnd chan struct{}
 	since    time.Time
 }
 
 func newPartition(p *Producer, t *topic, id int32) *partition {
-	pt := &partition{p: p, t: t, id: id, suspects: -1, since: time.Now()}
+	pt := &partition{p: p, t: t, id: id, since: time.Now()}
 	pt.cond.L = &pt.mu
 	return pt
 }
@@ -147,7 +148,14 @@ func (pt *partition) run() {
 			pt.p.st.canceled.Add(1)
 			continue
 		}
-		c := &call{pd: pd, suspects: pt.suspectsLocked(), env: pt}
+		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
+			// Failed or rejected because of a record now settled,
+			// or with another record's context (kgo fails a batch
+			// whose first record's is done): not its own fault.
+			pt.produceLocked(0)
+			continue
+		}
+		c := &call{pd: pd, suspects: pt.q.countFront(pt.suspectRd), env: pt}
 		pt.mu.Unlock()
 		a := pt.p.decide(c)
 		pt.mu.Lock()
@@ -157,25 +165,13 @@ func (pt *partition) run() {
 		switch a.kind {
 		case actSettle:
 			pt.settleLocked(pd, a.err)
-			if pt.suspects == 1 {
-				pt.suspects = 0 // the culprit: the rest goes whole
-			}
+			pt.settled = true
 		case actStop:
 			pt.stopLocked(a.err)
 		case actProduce:
-			if a.n > 0 && pt.suspects < 0 {
-				pt.suspects = c.suspects
-			}
 			pt.produceLocked(a.n)
 		}
 	}
-}
-
-func (pt *partition) suspectsLocked() int {
-	if pt.suspects < 0 {
-		return max(pt.q.len(), 2)
-	}
-	return pt.suspects
 }
 
 // settleLocked removes pd and calls its promise with err, without the lock.
@@ -273,14 +269,14 @@ func (pt *partition) recoverLocked(n int) error {
 			pt.inRound = nil
 			return err
 		}
-		pt.failed, pt.organic, pt.seen = false, false, 0
+		pt.failed, pt.organic, pt.seen, pt.settled = false, false, 0, false
 	}
 	if n == 0 {
 		pt.inRound = nil
 		return nil
 	}
 	pt.round++
-	pt.roundN, pt.failedRd = n, false
+	pt.failedRd, pt.settled = false, false
 	pds := pt.q.take(0, n)
 	for _, pd := range pds {
 		pd.round = pt.round
@@ -323,13 +319,8 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 		return
 	}
 	close(pt.roundEnd)
-	switch {
-	case pt.failedRd:
-		pt.suspects = pt.q.countFront(pt.round)
-	case pt.suspects > pt.roundN:
-		pt.suspects -= pt.roundN
-	default:
-		pt.suspects = -1
+	if pt.failedRd {
+		pt.suspectRd = pt.round
 	}
 	pt.cond.Broadcast()
 }

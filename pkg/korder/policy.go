@@ -169,7 +169,7 @@ type act struct {
 // failed round, and what the Producer lends the steps.
 type call struct {
 	pd       *pending
-	suspects int // Isolate: records still suspected of a per-record failure (0: none known)
+	suspects int // Isolate: the records of the last failed run still kept, from the front
 	env      stepEnv
 }
 
