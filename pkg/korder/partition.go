@@ -155,7 +155,13 @@ func (pt *partition) run() {
 			pt.produceLocked(0)
 			continue
 		}
-		c := &call{pd: pd, suspects: pt.q.countFront(pt.suspectRd), env: pt}
+		suspects := pt.q.countFront(pt.suspectRd)
+		if pt.suspectRd == 0 {
+			// The first failure: its records may still be on their
+			// way back, so even one is not known to fail alone.
+			suspects = max(suspects, 2)
+		}
+		c := &call{pd: pd, suspects: suspects, env: pt}
 		pt.mu.Unlock()
 		a := pt.p.decide(c)
 		pt.mu.Lock()
@@ -238,11 +244,27 @@ func (pt *partition) produceLocked(n int) {
 			pt.mu.Lock()
 			continue
 		}
+		if pt.settleCanceledLocked() {
+			continue
+		}
 		if pt.recoverLocked(n) == nil {
 			return
 		}
 		pt.cond.Wait()
 	}
+}
+
+// settleCanceledLocked settles, each alone with its context's error, the
+// kept records whose context is done, before a round would produce them.
+func (pt *partition) settleCanceledLocked() bool {
+	for _, pd := range pt.q.rs {
+		if err := pd.canceled(); err != nil {
+			pt.p.st.canceled.Add(1)
+			pt.settleLocked(pd, err)
+			return true
+		}
+	}
+	return false
 }
 
 // recoverLocked recovers the partition with its first n records (0: all):
