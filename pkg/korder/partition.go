@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,24 +32,24 @@ type partition struct {
 	t  *topic
 	id int32
 
-	mu       sync.Mutex
-	cond     sync.Cond
-	q        queue
-	seen     int   // records of kgo's current failure of the partition received
-	failed   bool  // kgo has the partition failed
-	organic  bool  // a record that the failure itself failed (not rejected) came back
-	stopped  error // Stop's cause: records that come back fail with ErrStopped
-	resume   bool  // Resume was asked while records kgo rejected were missing
-	worker   bool  // the worker goroutine runs
-	holding  bool  // the worker holds the topic (Isolate, or records missing under load)
-	full     bool  // at MaxHeld (the topic's full count includes it)
-	inRound  map[*kgo.Record]*pending
-	round    uint64 // the last round sent
-	failedRd bool   // a record of the last round failed
+	mu        sync.Mutex
+	cond      sync.Cond
+	q         queue
+	seen      int   // records of kgo's current failure of the partition received
+	failed    bool  // kgo has the partition failed
+	organic   bool  // a record that the failure itself failed (not rejected) came back
+	stopped   error // Stop's cause: records that come back fail with ErrStopped
+	resume    bool  // Resume was asked while records kgo rejected were missing
+	worker    bool  // the worker goroutine runs
+	holding   bool  // the worker holds the topic (Isolate, or records missing under load)
+	full      bool  // at MaxHeld (the topic's full count includes it)
+	inRound   map[*kgo.Record]*pending
+	round     uint64 // the last round sent
+	failedRd  bool   // a record of the last round failed
 	suspectRd uint64 // Isolate: the last round that failed; its records still kept are suspect
 	settled   bool   // a policy settled the first record: the rest is produced again before any policy sees it
-	roundEnd chan struct{}
-	since    time.Time
+	roundEnd  chan struct{}
+	since     time.Time
 }
 
 func newPartition(p *Producer, t *topic, id int32) *partition {
@@ -157,9 +158,15 @@ func (pt *partition) run() {
 		}
 		suspects := pt.q.countFront(pt.suspectRd)
 		if pt.suspectRd == 0 {
-			// The first failure: its records may still be on their
-			// way back, so even one is not known to fail alone.
-			suspects = max(suspects, 2)
+			// The first failure: the suspects are the records it
+			// failed (not those rejected after it), which kgo may
+			// still be promising: one alone is the culprit only
+			// once all came back.
+			suspects = pt.q.countFailed()
+			if suspects == 1 && !pt.allSeenLocked() {
+				pt.cond.Wait()
+				continue
+			}
 		}
 		c := &call{pd: pd, suspects: suspects, env: pt}
 		pt.mu.Unlock()
@@ -247,11 +254,35 @@ func (pt *partition) produceLocked(n int) {
 		if pt.settleCanceledLocked() {
 			continue
 		}
-		if pt.recoverLocked(n) == nil {
+		err := pt.recoverLocked(n)
+		if err == nil {
 			return
+		}
+		if debugRefusals {
+			println("korder debug: refused", refused, err.Error(), "seen", pt.seen, "q", pt.q.len())
 		}
 		pt.cond.Wait()
 	}
+}
+
+// allSeenLocked asks kgo whether every record it failed or rejected in the
+// partition came back: a recovery with one record too few is refused, with
+// how many kgo counts, and changes nothing.
+func (pt *partition) allSeenLocked() bool {
+	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen-1, nil)
+	var missing, total int
+	if err == nil {
+		return true // not failed any more
+	}
+	i := strings.Index(err.Error(), " records it failed or rejected")
+	if i < 0 {
+		return true
+	}
+	j := strings.LastIndex(err.Error()[:i], ": ")
+	if _, perr := fmt.Sscanf(err.Error()[j+2:i], "%d of the %d", &missing, &total); perr != nil {
+		return true
+	}
+	return pt.seen >= total
 }
 
 // settleCanceledLocked settles, each alone with its context's error, the
@@ -397,3 +428,5 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 }
 
 func (pt *partition) count(c *counter) { c.Add(1) }
+
+const debugRefusals = false

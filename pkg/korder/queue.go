@@ -2,6 +2,7 @@ package korder
 
 import (
 	"context"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -94,6 +95,16 @@ func (q *queue) all() []*pending { return q.take(0, len(q.rs)) }
 func (q *queue) countFront(round uint64) int {
 	n := 0
 	for n < len(q.rs) && q.rs[n].round == round {
+		n++
+	}
+	return n
+}
+
+// countFailed counts the records from the front that kgo failed, rather
+// than rejected because their partition had failed.
+func (q *queue) countFailed() int {
+	n := 0
+	for n < len(q.rs) && q.rs[n].round == 0 && !errors.Is(q.rs[n].err, kgo.ErrProducePartitionFailed) {
 		n++
 	}
 	return n
