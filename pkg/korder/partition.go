@@ -337,7 +337,6 @@ func (pt *partition) recoverLocked(n int) error {
 	}
 	pt.checkFullLocked()
 	pt.roundEnd = make(chan struct{})
-	pt.p.flushUntil(pt.roundEnd)
 	if !viaRecover {
 		// After a part that was written, while the topic is held:
 		// nothing else produces to the partition meanwhile.
@@ -347,6 +346,7 @@ func (pt *partition) recoverLocked(n int) error {
 		}
 		pt.mu.Lock()
 	}
+	pt.p.flushUntil(pt.roundEnd) // once all are buffered: one batch
 	if whole {
 		pt.releaseLocked()
 	}
