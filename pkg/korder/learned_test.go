@@ -112,7 +112,6 @@ func TestLearnedHoldsDoNotStopHealthyPartitions(t *testing.T) {
 // records are written, one at a time; once the fault is gone, partition 0
 // has every record, in order.
 func TestLearnedRetryDoesNotStopHealthyPartitions(t *testing.T) {
-	t.Skip("needs kgo v3 to route unkeyed records around a failed partition (as v2 did): see /work/coord/korder-needs.md")
 	ctx := testCtx(t)
 	c := twoBrokerCluster(t)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
@@ -174,7 +173,6 @@ func TestLearnedRetryDoesNotStopHealthyPartitions(t *testing.T) {
 // later keyed records fail with ErrStopped, the other partitions' records
 // and unkeyed records are written; Resume resumes it.
 func TestLearnedStopPartition(t *testing.T) {
-	t.Skip("needs kgo v3 to route unkeyed records around a failed partition (as v2 did): see /work/coord/korder-needs.md")
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})

@@ -41,13 +41,14 @@ type partition struct {
 	stopped   error // Stop's cause: records that come back fail with ErrStopped
 	resume    bool  // Resume was asked while records kgo rejected were missing
 	worker    bool  // the worker goroutine runs
-	holding   bool  // the worker holds the topic (Isolate, or records missing under load)
+	holding   bool  // the worker holds the topic: records missing under load
 	full      bool  // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
 	round     uint64 // the last round sent
 	failedRd  bool   // a record of the last round failed
-	suspectRd uint64 // Isolate: the last round that failed; its records still kept are suspect
-	settled   bool   // a policy settled the first record: the rest is produced again before any policy sees it
+	roundRest bool   // the last round was a Retry's first batch: the rest follows
+	suspectRd uint64 // the last round that failed: its records still kept are the suspects
+	settled   bool   // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}
 	since     time.Time
 }
@@ -135,7 +136,7 @@ func (pt *partition) run() {
 				pt.endLocked(nil)
 				return
 			}
-			if pt.recoverLocked(0) != nil { // nothing to produce again: un-fail
+			if pt.recoverLocked(0, false) != nil { // nothing to produce again: un-fail
 				pt.cond.Wait()
 			}
 			continue
@@ -153,7 +154,7 @@ func (pt *partition) run() {
 			// Failed or rejected because of a record now settled,
 			// or with another record's context (kgo fails a batch
 			// whose first record's is done): not its own fault.
-			pt.produceLocked(0)
+			pt.produceLocked(0, false)
 			continue
 		}
 		suspects := pt.q.countFront(pt.suspectRd)
@@ -182,7 +183,7 @@ func (pt *partition) run() {
 		case actStop:
 			pt.stopLocked(a.err)
 		case actProduce:
-			pt.produceLocked(a.n)
+			pt.produceLocked(a.n, a.rest)
 		}
 	}
 }
@@ -228,33 +229,28 @@ func (pt *partition) endLocked(err error) {
 }
 
 // produceLocked hands the first n records (0: all) back to kgo, at the
-// partition's front, in one step with un-failing it. If kgo has records of
-// the partition that have not come back yet, it waits for them and tries
-// again. A part (Isolate) is produced while the topic is held, so that no
-// record produced later can reach the partition before the rest.
-func (pt *partition) produceLocked(n int) {
+// partition's front, in one step with un-failing it; a part (n short of all)
+// keeps the partition failed, so that the rest follows once the part is
+// written (with rest, past the policies). If kgo has records of the
+// partition that have not come back yet, it waits for them and tries again.
+func (pt *partition) produceLocked(n int, rest bool) {
 	for refused := 0; ; refused++ {
 		if pt.p.isClosed() || pt.q.len() == 0 {
 			return
 		}
-		part := n > 0 && n < pt.q.len()
-		if (part || refused == 16) && !pt.holding {
-			// A part needs the topic held; so does a partition that
-			// producers keep rejecting faster than their records
-			// come back (the refusals could otherwise go on).
+		if refused == 16 && !pt.holding {
+			// Producers keep the partition rejecting faster than its
+			// records come back: hold the topic until they all did.
 			pt.holding = true
 			pt.mu.Unlock()
 			pt.t.block(1)
-			if part {
-				pt.p.quiesce()
-			}
 			pt.mu.Lock()
 			continue
 		}
 		if pt.settleCanceledLocked() {
 			continue
 		}
-		err := pt.recoverLocked(n)
+		err := pt.recoverLocked(n, rest)
 		if err == nil {
 			return
 		}
@@ -265,21 +261,63 @@ func (pt *partition) produceLocked(n int) {
 	}
 }
 
+// recoverLocked recovers the partition with its first n records (0: all).
+func (pt *partition) recoverLocked(n int, rest bool) error {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	// A part keeps the partition failed, and so does a Retry's first
+	// batch (rest) even when it is all: until it is written, unkeyed
+	// records go around the partition, and keyed ones come back.
+	keep := n < pt.q.len() || rest
+	rs := make([]*kgo.Record, n)
+	inRound := make(map[*kgo.Record]*pending, n)
+	for i, pd := range pt.q.rs[:n] {
+		rs[i] = pd.r
+		inRound[pd.r] = pd // known before kgo may promise them
+	}
+	pt.inRound = inRound
+	if err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...); err != nil {
+		pt.inRound = nil
+		return err
+	}
+	pt.seen, pt.settled, pt.failed = 0, false, keep
+	if !keep {
+		pt.organic = false
+		pt.releaseLocked()
+	}
+	if n == 0 {
+		pt.inRound = nil
+		return nil
+	}
+	pt.round++
+	pt.failedRd, pt.roundRest = false, rest
+	for _, pd := range pt.q.take(0, n) {
+		pd.round = pt.round
+		pt.t.heldBytes.Add(-pd.size())
+	}
+	pt.checkFullLocked()
+	pt.roundEnd = make(chan struct{})
+	pt.p.flushUntil(pt.roundEnd)
+	return nil
+}
+
 // allSeenLocked asks kgo whether every record it failed or rejected in the
 // partition came back: a recovery with one record too few is refused, with
 // how many kgo counts, and changes nothing.
 func (pt *partition) allSeenLocked() bool {
-	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen-1, nil)
-	var missing, total int
+	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen-1, false, nil)
 	if err == nil {
 		return true // not failed any more
 	}
-	i := strings.Index(err.Error(), " records it failed or rejected")
-	if i < 0 {
+	msg := err.Error()
+	i := strings.Index(msg, " records it failed or rejected")
+	j := strings.LastIndex(msg[:max(i, 0)], ": ")
+	var missing, total int
+	if i < 0 || j < 0 {
 		return true
 	}
-	j := strings.LastIndex(err.Error()[:i], ": ")
-	if _, perr := fmt.Sscanf(err.Error()[j+2:i], "%d of the %d", &missing, &total); perr != nil {
+	if _, perr := fmt.Sscanf(msg[j+2:i], "%d of the %d", &missing, &total); perr != nil {
 		return true
 	}
 	return pt.seen >= total
@@ -296,61 +334,6 @@ func (pt *partition) settleCanceledLocked() bool {
 		}
 	}
 	return false
-}
-
-// recoverLocked recovers the partition with its first n records (0: all):
-// with RecoverProducePartition while kgo has it failed, else (after a part
-// that was written, while the topic is held) by producing them.
-func (pt *partition) recoverLocked(n int) error {
-	if n <= 0 || n > pt.q.len() {
-		n = pt.q.len()
-	}
-	whole := n == pt.q.len()
-	rs := make([]*kgo.Record, n)
-	for i := range n {
-		rs[i] = pt.q.rs[i].r
-	}
-	// The round's records are known before kgo may promise them.
-	inRound := make(map[*kgo.Record]*pending, n)
-	for _, pd := range pt.q.rs[:n] {
-		inRound[pd.r] = pd
-	}
-	pt.inRound = inRound
-	viaRecover := pt.failed
-	if viaRecover {
-		if err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, pt.roundPromise, rs...); err != nil {
-			pt.inRound = nil
-			return err
-		}
-		pt.failed, pt.organic, pt.seen, pt.settled = false, false, 0, false
-	}
-	if n == 0 {
-		pt.inRound = nil
-		return nil
-	}
-	pt.round++
-	pt.failedRd, pt.settled = false, false
-	pds := pt.q.take(0, n)
-	for _, pd := range pds {
-		pd.round = pt.round
-		pt.t.heldBytes.Add(-pd.size())
-	}
-	pt.checkFullLocked()
-	pt.roundEnd = make(chan struct{})
-	if !viaRecover {
-		// After a part that was written, while the topic is held:
-		// nothing else produces to the partition meanwhile.
-		pt.mu.Unlock()
-		for _, pd := range pds {
-			pt.p.cl.Produce(pd.ctx, pd.r, pt.roundPromise)
-		}
-		pt.mu.Lock()
-	}
-	pt.p.flushUntil(pt.roundEnd) // once all are buffered: one batch
-	if whole {
-		pt.releaseLocked()
-	}
-	return nil
 }
 
 // roundPromise is the promise of the records produced again.
@@ -374,6 +357,8 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	close(pt.roundEnd)
 	if pt.failedRd {
 		pt.suspectRd = pt.round
+	} else if pt.roundRest {
+		pt.settled = true // the rest follows, past the policies
 	}
 	pt.cond.Broadcast()
 }
@@ -389,7 +374,7 @@ func (pt *partition) releaseLocked() {
 // tryResumeLocked ends a Stop once kgo agrees that every record it failed or
 // rejected came back.
 func (pt *partition) tryResumeLocked() {
-	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, nil) != nil {
+	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) != nil {
 		return
 	}
 	pt.stopped, pt.resume, pt.failed, pt.organic, pt.seen = nil, false, false, false, 0

@@ -40,7 +40,10 @@ type Policy struct {
 
 // Retry produces the failed record again, with the records of its partition
 // after it, in order, up to attempts times, waiting backoff before each
-// attempt, then passes the record on.
+// attempt, then passes the record on. Each attempt produces the records that
+// failed with the record (its batch) first, and the rest of the partition's
+// records only once those are written, so that an attempt that fails again
+// costs the batch, not everything kept meanwhile.
 //
 // A record that failed with an error wrapping kgo.ErrPossiblyWritten (its
 // batch may already be in the log) is not known to be unwritten: by default
@@ -68,9 +71,9 @@ func (p Policy) RetryPossiblyWritten() Policy {
 // failed records are bisected: the first half is produced again, and a half
 // that fails is split again, until the record that fails on its own is found,
 // about log2(n) rounds for n records. Only that record is passed on; once it
-// is settled, the rest is produced again whole. While Isolate bisects, the
-// Producer holds every new record of the topic (Produce blocks), for a few
-// produce round trips.
+// is settled, the rest is produced again whole. kgo keeps the partition
+// failed while Isolate bisects (RecoverProducePartition with keepFailed), so
+// nothing else of the topic waits.
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 
 // DeadLetter diverts the failed record to the dead-letter topic: a copy with
@@ -162,6 +165,7 @@ const (
 type act struct {
 	kind actKind
 	n    int
+	rest bool // actProduce: once the n are written, the rest goes whole, past the policies
 	err  error
 }
 
@@ -169,7 +173,7 @@ type act struct {
 // failed round, and what the Producer lends the steps.
 type call struct {
 	pd       *pending
-	suspects int // Isolate: the records of the last failed run still kept, from the front
+	suspects int // the records of the last failed run still kept, from the front
 	env      stepEnv
 }
 
@@ -196,7 +200,9 @@ func (p Policy) step(st *stats) step {
 			}
 			c.pd.attempts++
 			c.env.count(&st.retries)
-			return act{kind: actProduce}
+			// The first failed batch; the rest follows once it is
+			// written.
+			return act{kind: actProduce, n: c.suspects, rest: true}
 		}
 	case policyIsolate:
 		return func(c *call, next func() act) act {

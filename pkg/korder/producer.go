@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,21 +27,14 @@ type Producer struct {
 	// The no-failure path: in numbers the records (and counts them in), out
 	// counts the promises that returned; each is written by one side only
 	// (producing goroutines, kgo's promise goroutine). attn counts what
-	// takes Produce off that path (holds, quarantines, Close); busy counts
-	// the Produce calls on it, per generation, so that quiesce can wait
-	// for the ones that did not see attn.
+	// takes Produce off that path (holds, quarantines, Close) and is
+	// read-mostly.
 	in   atomic.Uint64
 	_    [56]byte
 	out  atomic.Uint64
 	_    [56]byte
 	attn atomic.Int32
-	gen  atomic.Uint64
-	_    [48]byte
-	busy [2]struct {
-		atomic.Int64
-		_ [56]byte
-	}
-	quiesceMu sync.Mutex
+	_    [60]byte
 
 	closing chan struct{}
 	closed  atomic.Bool
@@ -168,15 +160,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		r.Topic = p.defaultTopic
 	}
 	seq := p.in.Add(1)
-	g := p.gen.Load()
-	b := &p.busy[g&1]
-	b.Add(1)
 	if p.attn.Load() == 0 {
 		p.handoff(ctx, r, promise, seq)
-		b.Add(-1)
 		return
 	}
-	b.Add(-1)
 	p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
 }
 
@@ -190,14 +177,7 @@ func (p *Producer) handoff(ctx context.Context, r *kgo.Record, promise func(*kgo
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
 	for {
-		g := p.gen.Load()
-		b := &p.busy[g&1]
-		b.Add(1) // before admit looks: see quiesce
 		wait, err := p.admit(pd)
-		if wait == nil && err == nil {
-			p.handoff(pd.ctx, pd.r, pd.promise, pd.seq)
-		}
-		b.Add(-1)
 		switch {
 		case err == errDiverted:
 			return
@@ -205,6 +185,7 @@ func (p *Producer) produceSlow(pd *pending) {
 			p.finish(pd, err)
 			return
 		case wait == nil:
+			p.handoff(pd.ctx, pd.r, pd.promise, pd.seq)
 			return
 		}
 		select {
@@ -245,38 +226,7 @@ func (p *Producer) admit(pd *pending) (wait chan struct{}, err error) {
 		})
 		return nil, errDiverted
 	}
-	if wait != nil && p.cfg.rejectWhenFull && !p.heldByIsolate(t) {
-		p.st.heldFull.Add(1)
-		return nil, ErrHeldFull
-	}
 	return wait, nil
-}
-
-// heldByIsolate reports whether a worker holds t (as opposed to a full
-// partition, which RejectWhenHeldFull does not wait for).
-func (p *Producer) heldByIsolate(t *topic) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, pt := range t.parts {
-		pt.mu.Lock()
-		h := pt.holding
-		pt.mu.Unlock()
-		if h {
-			return true
-		}
-	}
-	return false
-}
-
-// quiesce returns once every Produce that may not have seen attn has handed
-// its record to kgo.
-func (p *Producer) quiesce() {
-	p.quiesceMu.Lock()
-	defer p.quiesceMu.Unlock()
-	g := p.gen.Add(1) - 1
-	for p.busy[g&1].Load() != 0 {
-		runtime.Gosched()
-	}
 }
 
 // result takes a record's outcome from kgo: a failure of a failed partition
