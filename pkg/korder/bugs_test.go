@@ -147,8 +147,10 @@ func TestDeadLetterDoesNotBlockPromises(t *testing.T) {
 	poison(c)
 	dlqID := c.TopicInfo(dlq).TopicID
 	healthy, sick := int32(0), int32(1)
-	if c.PartitionInfo(topic, 0).Leader == c.PartitionInfo(dlq, 0).Leader {
-		healthy, sick = 1, 0
+	if l := c.PartitionInfo(dlq, 0).Leader; c.PartitionInfo(topic, healthy).Leader == l {
+		if err := c.MoveTopicPartition(topic, healthy, 1-l); err != nil {
+			t.Fatal(err)
+		}
 	}
 	held, release := make(chan struct{}), make(chan struct{})
 	defer close(release)

@@ -282,9 +282,9 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		return err
 	}
 	pt.seen, pt.settled, pt.failed = 0, false, keep
+	pt.releaseLocked() // nothing is missing any more
 	if !keep {
 		pt.organic = false
-		pt.releaseLocked()
 	}
 	if n == 0 {
 		pt.inRound = nil
@@ -306,7 +306,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 // partition came back: a recovery with one record too few is refused, with
 // how many kgo counts, and changes nothing.
 func (pt *partition) allSeenLocked() bool {
-	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen-1, false, nil)
+	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil)
 	if err == nil {
 		return true // not failed any more
 	}
