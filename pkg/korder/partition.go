@@ -238,7 +238,7 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if pt.p.isClosed() || pt.q.len() == 0 {
 			return
 		}
-		if refused == 16 && !pt.holding {
+		if refused == refusalsBeforeHold && !pt.holding {
 			// Producers keep the partition rejecting faster than its
 			// records come back: hold the topic until they all did.
 			pt.holding = true
@@ -247,7 +247,8 @@ func (pt *partition) produceLocked(n int, rest bool) {
 			pt.mu.Lock()
 			continue
 		}
-		if pt.settleCanceledLocked() {
+		if refused == 0 && pt.settleCanceledLocked(n) {
+			refused = -1
 			continue
 		}
 		err := pt.recoverLocked(n, rest)
@@ -324,9 +325,13 @@ func (pt *partition) allSeenLocked() bool {
 }
 
 // settleCanceledLocked settles, each alone with its context's error, the
-// kept records whose context is done, before a round would produce them.
-func (pt *partition) settleCanceledLocked() bool {
-	for _, pd := range pt.q.rs {
+// first n kept records (0: all) whose context is done, before a round would
+// produce them.
+func (pt *partition) settleCanceledLocked(n int) bool {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	for _, pd := range pt.q.rs[:n] {
 		if err := pd.canceled(); err != nil {
 			pt.p.st.canceled.Add(1)
 			pt.settleLocked(pd, err)
@@ -415,3 +420,7 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 func (pt *partition) count(c *counter) { c.Add(1) }
 
 const debugRefusals = false
+
+// refusalsBeforeHold is how many refused recoveries in a row make the worker
+// hold the topic, so that its records in flight can all come back.
+const refusalsBeforeHold = 1000

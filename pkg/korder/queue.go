@@ -3,6 +3,7 @@ package korder
 import (
 	"context"
 	"errors"
+	"sort"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -54,8 +55,8 @@ func (q *queue) front() *pending { return q.rs[0] }
 
 func (q *queue) insert(pd *pending) {
 	i := len(q.rs)
-	for i > 0 && q.rs[i-1].seq > pd.seq {
-		i--
+	if i > 0 && q.rs[i-1].seq > pd.seq {
+		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
 	}
 	q.rs = append(q.rs, nil)
 	copy(q.rs[i+1:], q.rs[i:])
