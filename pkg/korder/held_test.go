@@ -18,7 +18,9 @@ import (
 // MaxHeldBytes, and RejectWhenHeldFull, bound what the Producer keeps for a
 // failed partition (see TestMaxHeldDefaultPartitioner for MaxHeld): once
 // the bound is reached, Produce blocks, or the records kgo rejects fail with
-// ErrHeldFull; records of the healthy partition are written meanwhile.
+// ErrHeldFull; records of the healthy partition are written meanwhile. One
+// record may be over: it was admitted before the one that filled the bound
+// came back.
 func TestMaxHeldBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -65,7 +67,7 @@ func TestMaxHeldBytes(t *testing.T) {
 					full++
 				}
 			}
-			if maxBytes > 1000 || (tc.reject && full == 0) || (!tc.reject && canceled == 0) {
+			if maxBytes > 1100 || (tc.reject && full == 0) || (!tc.reject && canceled == 0) {
 				t.Fatalf("held up to %d bytes; %d blocked until their context ended, %d rejected", maxBytes, canceled, full)
 			}
 		})

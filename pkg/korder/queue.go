@@ -42,10 +42,14 @@ func (pd *pending) canceled() error {
 }
 
 // queue holds the failed and rejected records of a partition in Produce
-// order: kgo may promise rejected records before failed ones, so they are
-// inserted by sequence, almost always at the end.
+// order: kgo may promise rejected records before failed ones, and a round's
+// records come back failed after records rejected meanwhile, so they are
+// inserted by sequence. rs is the queue, base[off:]: the room that a round
+// leaves at the front takes its records back without moving the rest.
 type queue struct {
 	rs    []*pending
+	base  []*pending
+	off   int
 	bytes int64
 }
 
@@ -58,9 +62,15 @@ func (q *queue) insert(pd *pending) {
 	if i > 0 && q.rs[i-1].seq > pd.seq {
 		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
 	}
-	q.rs = append(q.rs, nil)
-	copy(q.rs[i+1:], q.rs[i:])
-	q.rs[i] = pd
+	if q.off > 0 && i <= len(q.rs)/2 {
+		q.off--
+		copy(q.base[q.off:], q.base[q.off+1:q.off+1+i])
+	} else {
+		q.base = append(q.base, nil)
+		copy(q.base[q.off+i+1:], q.base[q.off+i:])
+	}
+	q.base[q.off+i] = pd
+	q.rs = q.base[q.off:]
 	q.bytes += pd.size()
 }
 
@@ -80,12 +90,18 @@ func (q *queue) remove(pd *pending) bool {
 // memory.
 func (q *queue) take(i, j int) []*pending {
 	out := append([]*pending(nil), q.rs[i:j]...)
-	q.rs = append(q.rs[:i], q.rs[j:]...)
+	if i == 0 {
+		clear(q.rs[:j])
+		q.off += j
+	} else {
+		q.base = append(q.base[:q.off+i], q.base[q.off+j:]...)
+	}
+	q.rs = q.base[q.off:]
 	for _, pd := range out {
 		q.bytes -= pd.size()
 	}
 	if len(q.rs) == 0 {
-		q.rs = nil
+		q.rs, q.base, q.off = nil, nil, 0
 	}
 	return out
 }
