@@ -19,7 +19,9 @@
 //     Isolate, DeadLetter, Drop or Stop.
 //   - It hands the records to produce again back to kgo with
 //     RecoverProducePartition; if kgo refuses because records are still on
-//     their way back, it waits for them and calls again.
+//     their way back, it waits for them and calls again. A Retry attempt
+//     sends the failed batch first, keeping the partition failed, and the
+//     rest once the batch is written.
 //
 // The guarantee: for every partition, the records written are exactly the
 // records produced to it, in Produce call order (per producing goroutine, as
@@ -31,7 +33,7 @@
 //
 // Each failed partition has a state machine of its own (partition.go), with
 // its own lock and one worker goroutine while it recovers; a healthy
-// partition costs nothing. A failure kgo reports for a whole topic
+// partition costs nothing, and a recovered one is forgotten. A failure kgo reports for a whole topic
 // (partition -1: the topic's partitions were not known, for example an
 // unknown topic) has a state machine too; while it recovers, the topic's
 // partitions wait for it (kgo makes records produced meanwhile wait). Stop
@@ -39,11 +41,13 @@
 // ErrStopped, and Resume resumes it. A quarantined key is quarantined in its
 // topic.
 //
-// Produce blocks only while its topic is held: while Isolate bisects (a few
-// produce round trips), while a recovering partition of the topic keeps
-// more than MaxHeld records or its partitions more than MaxHeldBytes (unless
+// Produce blocks only while its topic is held: while a recovering partition
+// of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless
 // RejectWhenHeldFull), and, briefly, when producers keep a failed partition
-// so busy that its rejected records never all come back.
+// so busy that a recovery is refused a thousand times in a row (its rejected
+// records never all come back). Retry's first batch and Isolate's halves are
+// produced with the partition kept failed (keepFailed), so nothing else
+// waits for them.
 //
 // # Contexts
 //
@@ -61,9 +65,8 @@
 // # Cost
 //
 // While nothing is wrong, Produce takes no lock and allocates nothing per
-// record: a sequence number (an atomic add), a check of one word, an atomic
-// add and subtract on a counter only producing goroutines write, and a
-// carrier for the promise from a sync.Pool, which shrinks when the garbage
-// collector runs. kgo's promise goroutine frees the carrier and counts the
+// record: a sequence number (an atomic add on a counter only producing
+// goroutines write), a load of one read-mostly word, and a carrier for the
+// promise from a sync.Pool, which shrinks when the garbage collector runs. kgo's promise goroutine frees the carrier and counts the
 // record out on a counter only it writes.
 package korder
