@@ -107,10 +107,7 @@ func TestCanceledWhileHeld(t *testing.T) {
 
 			hctx, cancel := context.WithCancel(ctx)
 			h := rec(0, "h", 0)
-			p.Produce(hctx, h, ps.fn())
-			if s := p.Stats(); s.Held != 1 {
-				t.Fatalf("held %d, expected 1", s.Held)
-			}
+			p.Produce(hctx, h, ps.fn()) // behind the recovery's round, in kgo
 			cancel()
 			exp := []string{"f-0"}
 			for i := range 20 {

@@ -1,8 +1,8 @@
 package korder
 
-import "github.com/twmb/franz-go/pkg/kgo"
-
-// PinningPartitioner is the partitioner NewProducer gives the client
-// when kopts give none (kgo's default, which the Producer can pin; see
-// pin.go), for tests whose helpers give a partitioner otherwise.
-func PinningPartitioner() kgo.Opt { return kgo.RecordPartitioner(newPinPartitioner()) }
+// Topics returns how many topics the Producer keeps state for.
+func Topics(p *Producer) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.topics)
+}

@@ -15,135 +15,60 @@ import (
 	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
 )
 
-// holdPartition0 makes partition 0 recover until release is called: f-0's
-// first produce fails (retryable, but RecordRetries(0)), and the recovery's
-// produce of f-0 is held by partition 0's leader. It returns once partition
-// 0 holds.
-func holdPartition0(ctx context.Context, t *testing.T, c *kfake.Cluster, p *korder.Producer, ps *promises) (release func()) {
-	t.Helper()
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: 1})
-	held, release := holdProduceContaining(t, c, "f-0", 2)
-	p.Produce(ctx, rec(0, "f", 0), ps.fn())
-	waitClosed(ctx, t, held, "the recovery's produce")
-	return release
-}
-
-// With the default settings, a partition that holds more records than the
-// old MaxHeld default (10000) does not block the producing goroutine: the
-// records it produces to another partition meanwhile are written while
-// partition 0 still holds.
-func TestHeldDefaultsDoNotBlockHealthyPartitions(t *testing.T) {
-	ctx := testCtx(t)
-	c := twoBrokerCluster(t)                                // partitions 0 and 1 have different leaders
-	p := newProducer(t, c, []kgo.Opt{kgo.RecordRetries(0)}) // default policies and bounds
-	ps := newPromises()
-	release := holdPartition0(ctx, t, c, p, ps)
-
-	// A Produce that blocks gives up after 2s: the test then fails
-	// instead of hanging.
-	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	exp0, healthy := []string{"f-0"}, newPromises()
-	var exp1 []string
-	for i := range 10500 {
-		r := rec(0, "k", i)
-		p.Produce(short, r, ps.fn())
-		exp0 = append(exp0, string(r.Value))
-		if i%100 == 99 {
-			r := rec(1, "h", i)
-			p.Produce(ctx, r, healthy.fn())
-			exp1 = append(exp1, string(r.Value))
-		}
-	}
-	healthy.wait(ctx, t) // partition 0 still holds
-	if s := p.Stats(); s.Held != 10500 || s.HeldBytes == 0 {
-		t.Errorf("stats %+v: expected 10500 records held", s)
-	}
-	for r, err := range healthy.check(t) {
-		if err != nil {
-			t.Errorf("healthy record %s: %v", r.Value, err)
-		}
-	}
-	release()
-	ps.wait(ctx, t)
-	for r, err := range ps.check(t) {
-		if err != nil {
-			t.Fatalf("record %s: %v", r.Value, err)
-		}
-	}
-	expectLog(ctx, t, c, topic, 0, exp0)
-	expectLog(ctx, t, c, topic, 1, exp1)
-	if s := p.Stats(); s.Held != 0 || s.HeldBytes != 0 {
-		t.Errorf("stats %+v: expected nothing held", s)
-	}
-}
-
-// MaxHeldBytes bounds the bytes a topic holds; with RejectWhenHeldFull a
-// record that does not fit fails at once with ErrHeldFull, and without it
-// Produce blocks until its context is done.
+// MaxHeldBytes, and RejectWhenHeldFull, bound what the Producer keeps for a
+// failed partition (see TestMaxHeldDefaultPartitioner for MaxHeld): once
+// the bound is reached, Produce blocks, or the records kgo rejects fail with
+// ErrHeldFull; records of the healthy partition are written meanwhile. One
+// record may be over: it was admitted before the one that filled the bound
+// came back.
 func TestMaxHeldBytes(t *testing.T) {
-	for _, reject := range []bool{true, false} {
-		t.Run(map[bool]string{true: "reject", false: "block"}[reject], func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		opts   []korder.Opt
+		reject bool
+	}{
+		{"block", []korder.Opt{korder.MaxHeldBytes(1000)}, false},
+		{"reject", []korder.Opt{korder.MaxHeldBytes(1000), korder.RejectWhenHeldFull()}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := testCtx(t)
-			c := twoBrokerCluster(t) // partitions 0 and 1 have different leaders
-			opts := []korder.Opt{korder.MaxHeldBytes(1000)}
-			if reject {
-				opts = append(opts, korder.RejectWhenHeldFull())
-			}
-			p := newProducer(t, c, []kgo.Opt{kgo.RecordRetries(0)}, opts...)
+			c := newCluster(t, 2)
+			fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+			defer fault.Remove()
+			unbuf := make(unbuffered, 1000)
+			p := newProducer(t, c, []kgo.Opt{kgo.WithHooks(unbuf)},
+				append(tc.opts, korder.WithPolicies(korder.Retry(1, time.Hour), korder.Stop()))...)
+			pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
 			ps := newPromises()
-			release := holdPartition0(ctx, t, c, p, ps)
-
-			hundred := func(i int) *kgo.Record { // 100 bytes: key 1, value 99
-				r := rec(0, "k", i)
-				r.Value = append(r.Value, strings.Repeat("x", 99-len(r.Value))...)
-				return r
-			}
-			exp := []string{"f-0"}
-			for i := range 10 {
-				r := hundred(i)
-				p.Produce(ctx, r, ps.fn())
-				exp = append(exp, string(r.Value))
-			}
-			if s := p.Stats(); s.Held != 10 || s.HeldBytes != 1000 {
-				t.Fatalf("stats %+v: expected 10 records, 1000 bytes held", s)
-			}
-			full := hundred(10)
-			produceCtx := ctx
-			if !reject {
-				short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-				defer cancel()
-				produceCtx = short
-			}
-			start := time.Now()
-			err := produceSync(produceCtx, p, full)
-			if reject {
-				if !errors.Is(err, korder.ErrHeldFull) || time.Since(start) > time.Second {
-					t.Fatalf("record that does not fit got %v after %v, expected ErrHeldFull at once", err, time.Since(start))
+			maxBytes := int64(0)
+			value := []byte(strings.Repeat("v", 100))
+			for i := range 30 {
+				p.Produce(pctx, &kgo.Record{Topic: topic, Partition: 0, Value: value}, ps.fn())
+				if pctx.Err() != nil {
+					continue
 				}
-				if s := p.Stats(); s.HeldFull != 1 {
-					t.Errorf("stats %+v: expected 1 held-full record", s)
+				waitOn(ctx, t, unbuf, "kgo to finish the record")
+				maxBytes = max(maxBytes, p.Stats().HeldBytes)
+				if i == 20 && tc.reject {
+					if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Partition: 1, Value: value}); err != nil {
+						t.Errorf("partition 1 while 0 is full: %v", err)
+					}
 				}
-			} else if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("record that does not fit got %v, expected its context's error", err)
 			}
-			// Partition 1 is not held, and its records count for nothing.
-			if err := produceSync(ctx, p, rec(1, "h", 0)); err != nil {
-				t.Fatal(err)
-			}
-			release()
+			p.Close()
 			ps.wait(ctx, t)
-			for r, err := range ps.check(t) {
-				if err != nil {
-					t.Errorf("record %s: %v", r.Value, err)
+			var canceled, full int
+			for _, err := range ps.check(t) {
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					canceled++
+				case errors.Is(err, korder.ErrHeldFull):
+					full++
 				}
 			}
-			if err := produceSync(ctx, p, hundred(11)); err != nil {
-				t.Fatal(err)
-			}
-			expectLog(ctx, t, c, topic, 0, append(exp, string(hundred(11).Value)))
-			if s := p.Stats(); s.HeldBytes != 0 {
-				t.Errorf("stats %+v: expected nothing held", s)
+			if maxBytes > 1100 || (tc.reject && full == 0) || (!tc.reject && canceled == 0) {
+				t.Fatalf("held up to %d bytes; %d blocked until their context ended, %d rejected", maxBytes, canceled, full)
 			}
 		})
 	}

@@ -459,62 +459,6 @@ func TestConcurrentProducers(t *testing.T) {
 	}
 }
 
-// A full held queue blocks Produce until its context is done; Flush and
-// Close during a hold return, and every promise runs once.
-func TestHeldQueueFullFlushClose(t *testing.T) {
-	ctx := testCtx(t)
-	c := newCluster(t, 1)
-	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.InvalidRecord, Count: -1})
-	p := newProducer(t, c, nil, korder.MaxHeld(1), korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond), korder.Stop()))
-
-	ps := newPromises()
-	first := rec(0, "k", 0)
-	p.Produce(ctx, first, ps.fn())
-	// Wait until the failure holds the topic: the next record is held.
-	for p.Stats().Failures == 0 {
-		select {
-		case <-ctx.Done():
-			t.Fatal("no failure seen")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	p.Produce(ctx, rec(0, "k", 1), ps.fn()) // held: fills the queue
-	if s := p.Stats(); s.Held != 1 {
-		t.Fatalf("held %d, expected 1", s.Held)
-	}
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	blocked := rec(0, "k", 2)
-	p.Produce(short, blocked, ps.fn()) // blocks until short is done
-	if err := ps.check(t)[blocked]; !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("record produced to a full held queue got %v", err)
-	}
-
-	flushCtx, cancelFlush := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancelFlush()
-	if err := p.Flush(flushCtx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Flush during a hold returned %v, expected its context's error", err)
-	}
-
-	closed := make(chan struct{})
-	go func() { p.Close(); close(closed) }()
-	select {
-	case <-closed:
-	case <-ctx.Done():
-		t.Fatal("Close did not return")
-	}
-	ps.wait(ctx, t)
-	for r, err := range ps.check(t) {
-		if err == nil {
-			t.Errorf("record %s succeeded", r.Value)
-		}
-	}
-	expectLog(ctx, t, c, topic, 0, nil)
-	if err := produceSync(ctx, p, rec(0, "k", 3)); !errors.Is(err, korder.ErrClosed) {
-		t.Errorf("Produce after Close got %v", err)
-	}
-}
-
 func TestNewProducerValidates(t *testing.T) {
 	for _, opts := range [][]korder.Opt{
 		{korder.MaxHeld(0)},

@@ -36,7 +36,7 @@ var (
 	partitionHolds = matrixMode{name: "partition", perPartition: true}
 	learnedHolds   = matrixMode{name: "learned", kopts: []kgo.Opt{defaultPartitioner()}, perPartition: true, learned: true}
 	topicHolds     = matrixMode{name: "topic", opts: []korder.Opt{korder.TopicHolds()}}
-	matrixModes    = []matrixMode{partitionHolds, learnedHolds, topicHolds}
+	matrixModes    = []matrixMode{partitionHolds, learnedHolds}
 )
 
 type matrixPolicy struct {
@@ -553,64 +553,4 @@ func twoBrokerCluster(t *testing.T) *kfake.Cluster {
 		}
 	}
 	return c
-}
-
-// Flush and Close during a hold, and a full held queue whose Produce
-// context runs out. Per-topic holds only: the hold lasts because the
-// topic's recovery waits for a record of another partition in flight (see
-// holdInFlight), which a partition's recovery does not wait for
-// (TestPartitionHolds holds a partition another way).
-func TestMatrixHeldQueueFlushClose(t *testing.T) {
-	for _, closeDuringHold := range []bool{false, true} {
-		t.Run(map[bool]string{false: "release", true: "close"}[closeDuringHold], func(t *testing.T) {
-			forEachPolicyIn(t, []matrixMode{topicHolds}, func(t *testing.T, pol matrixPolicy) {
-				ctx := testCtx(t)
-				m := newMatrixRunOn(t, twoBrokerCluster(t), pol, 1, nil, korder.MaxHeld(3))
-				poison(m.c)
-				release := m.holdInFlight(ctx)
-				for i := 2; i <= 4; i++ {
-					m.produce(ctx, 0, m.rec(0, i)) // held
-				}
-				if s := m.p.Stats(); s.Held != 3 {
-					t.Fatalf("held %d, expected 3", s.Held)
-				}
-				short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-				blocked := m.rec(0, 5)
-				m.produce(short, 0, blocked) // the held queue is full: blocks until short is done
-				cancel()
-				if err := m.ps.check(t)[blocked]; !errors.Is(err, context.DeadlineExceeded) {
-					t.Fatalf("record produced to a full held queue got %v", err)
-				}
-				flushCtx, cancelFlush := context.WithTimeout(ctx, 20*time.Millisecond)
-				if err := m.p.Flush(flushCtx); !errors.Is(err, context.DeadlineExceeded) {
-					t.Errorf("Flush during a hold returned %v, expected its context's error", err)
-				}
-				cancelFlush()
-
-				if closeDuringHold {
-					closed := make(chan struct{})
-					go func() { m.p.Close(); close(closed) }()
-					select {
-					case <-closed:
-					case <-ctx.Done():
-						t.Fatal("Close during a hold did not return")
-					}
-					release()
-					m.checkRun(ctx)
-					return
-				}
-				release()
-				if err := m.p.Flush(ctx); err != nil {
-					t.Fatalf("Flush after the hold: %v", err)
-				}
-				m.produce(ctx, 0, m.rec(0, 6))
-				if err := m.p.Flush(ctx); err != nil {
-					t.Fatalf("Flush: %v", err)
-				}
-				errs := m.checkRun(ctx)
-				poisoned := m.produced[0][1]
-				m.checkPoison(pol, errs, poisoned, func(r *kgo.Record) bool { return r == blocked })
-			})
-		})
-	}
 }

@@ -1,0 +1,330 @@
+package korder_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
+)
+
+// Issue 22's bugs, each with the test that failed first. No sleeps: every
+// wait is on a channel or a promise, bounded by testCtx.
+
+// failedHook signals each partition failure kgo reports (the application's
+// own hook, called before the Producer's).
+func failedHook() (kgo.Opt, <-chan struct{}) {
+	ch := make(chan struct{}, 100)
+	return kgo.WithHooks(userHook(func() { ch <- struct{}{} })), ch
+}
+
+func waitOn(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// failDLQ fails every produce to the dead-letter topic (a non-retryable
+// error) until the returned func is called.
+func failDLQ(c *kfake.Cluster) func() {
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlq, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	return h.Remove
+}
+
+// 1. Records rejected before Resume stay stopped: with DeadLetter (which
+// fails) then Stop, a-1 and a-2, produced after POISON failed its partition,
+// get ErrStopped even though the application resumes from POISON's promise.
+func TestResumeDoesNotReleaseEarlierRecords(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	poison(c)
+	defer failDLQ(c)()
+	hook, failed := failedHook()
+	p := newProducer(t, c, []kgo.Opt{hook}, korder.WithPolicies(korder.DeadLetter(dlq), korder.Stop()))
+	if err := produceSync(ctx, p, rec(0, "w", 0)); err != nil {
+		t.Fatal(err)
+	}
+	ps := newPromises()
+	resumed := make(chan struct{})
+	pfn := ps.fn()
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}, func(r *kgo.Record, err error) {
+		pfn(r, err)
+		go func() { p.Resume(topic); close(resumed) }()
+	})
+	waitOn(ctx, t, failed, "the partition's failure")
+	a1, a2 := rec(0, "a", 1), rec(0, "a", 2)
+	p.Produce(ctx, a1, ps.fn())
+	p.Produce(ctx, a2, ps.fn())
+	ps.wait(ctx, t)
+	waitOn(ctx, t, resumed, "Resume")
+	for r, err := range ps.check(t) {
+		if !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("%s: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	// After Resume, the partition takes records again.
+	if err := produceSync(ctx, p, rec(0, "b", 0)); err != nil {
+		t.Fatalf("after Resume: %v", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"w-0", "b-0"})
+}
+
+// 2. No lost wake-up: a partition fails once while three goroutines produce
+// to it and another; every promise is called and Flush returns, many times.
+func TestNoLostWakeup(t *testing.T) {
+	ctx := testCtx(t)
+	for run := range 20 {
+		c := newCluster(t, 2)
+		c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
+		p := newProducer(t, c, nil, korder.WithPolicies(korder.Retry(5, 0), korder.Stop()))
+		ps := newPromises()
+		var wg sync.WaitGroup
+		for g := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 12 {
+					p.Produce(ctx, rec(int32(i%2), "g"+string(rune('a'+g)), i), ps.fn())
+				}
+			}()
+		}
+		wg.Wait()
+		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		if err := p.Flush(fctx); err != nil {
+			t.Fatalf("run %d: Flush: %v; stats %+v", run, err, p.Stats())
+		}
+		cancel()
+		ps.wait(ctx, t)
+		for r, err := range ps.check(t) {
+			if err != nil {
+				t.Errorf("run %d: %s: %v", run, r.Value, err)
+			}
+		}
+		p.Close()
+	}
+}
+
+// 3. A keyed record that fails before kgo buffers it (too large) stops only
+// its partition, with kgo's default partitioner.
+func TestKeyedPreBufferFailureStopsOnlyItsPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Stop()))
+	k0, k1 := keyFor("k", 0, 2), keyFor("k", 1, 2)
+	big := &kgo.Record{Topic: topic, Key: []byte(k0), Value: make([]byte, 4<<10)}
+	if err := produceSync(ctx, p, big); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("too large: got %v, want ErrStopped", err)
+	}
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Key: []byte(k1), Value: []byte("x")}); err != nil {
+		t.Fatalf("other partition: %v", err)
+	}
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Key: []byte(k0), Value: []byte("y")}); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("same partition: got %v, want ErrStopped", err)
+	}
+}
+
+// 4. A dead-letter write in progress blocks no promise of the client, and
+// Close during it fails the record with ErrClosed.
+func TestDeadLetterDoesNotBlockPromises(t *testing.T) {
+	ctx := testCtx(t)
+	// Two brokers: the held dead-letter request holds its connection, so
+	// the healthy partition must be led by the other broker.
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic, dlq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	poison(c)
+	dlqID := c.TopicInfo(dlq).TopicID
+	healthy, sick := int32(0), int32(1)
+	if l := c.PartitionInfo(dlq, 0).Leader; c.PartitionInfo(topic, healthy).Leader == l {
+		if err := c.MoveTopicPartition(topic, healthy, 1-l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == dlq || tp.TopicID == dlqID {
+				once.Do(func() { close(held) })
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.DeadLetter(dlq), korder.Stop()))
+	ps := newPromises()
+	poisoned := &kgo.Record{Topic: topic, Partition: sick, Value: []byte("POISON")}
+	p.Produce(ctx, poisoned, ps.fn())
+	waitOn(ctx, t, held, "the dead-letter write")
+	if err := produceSync(ctx, p, rec(healthy, "x", 0)); err != nil {
+		t.Fatalf("partition 1 while the dead-letter write is held: %v", err)
+	}
+	go p.Close()
+	ps.wait(ctx, t)
+	if err := ps.check(t)[poisoned]; !errors.Is(err, korder.ErrClosed) {
+		t.Fatalf("poison at Close: got %v, want ErrClosed", err)
+	}
+}
+
+// 5. The dead-letter topic's failures are not the Producer's: a failed
+// dead-letter write is not counted, and the next one is written.
+func TestDeadLetterTopicFailureIsNotAFailure(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	poison(c)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: dlq, Err: kerr.TopicAuthorizationFailed, Count: 1})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.DeadLetter(dlq), korder.Drop()))
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Value: []byte("POISON-1")}); !errors.Is(err, korder.ErrDropped) {
+		t.Fatalf("first: got %v, want ErrDropped", err)
+	}
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Value: []byte("POISON-2")}); !errors.Is(err, korder.ErrDeadLettered) {
+		t.Fatalf("second: got %v, want ErrDeadLettered", err)
+	}
+	if s := p.Stats(); s.Failures != 2 {
+		t.Fatalf("Failures = %d, want 2 (the topic's, not the dead-letter topic's)", s.Failures)
+	}
+	expectLog(ctx, t, c, dlq, 0, []string{"POISON-2"})
+}
+
+// 6. A recovery ends while producers keep a failed partition busy: every
+// promise is called and Flush returns.
+func TestRecoveryEndsUnderLoad(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 3})
+	p := newProducer(t, c, []kgo.Opt{defaultPartitioner()}, korder.WithPolicies(korder.Retry(100, 0), korder.Stop()))
+	ps := newPromises()
+	k0 := keyFor("hot", 0, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5000 {
+				p.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(k0), Value: []byte{byte(i)}}, ps.fn())
+			}
+		}()
+	}
+	wg.Wait()
+	if err := p.Flush(ctx); err != nil {
+		t.Fatalf("Flush: %v; stats %+v", err, p.Stats())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if err != nil {
+			t.Fatalf("%v: %v", r.Value, err)
+		}
+	}
+}
+
+// 7. Memory shrinks: a recovered topic is forgotten, and the quarantine is
+// bounded.
+func TestForgetsRecoveredAndBoundsQuarantine(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	poison(c)
+	p := newProducer(t, c, nil, korder.MaxQuarantinedKeys(2),
+		korder.WithPolicies(korder.DeadLetter(dlq).QuarantineKeys(), korder.Drop()))
+	for i, k := range []string{"a", "b", "c"} {
+		err := produceSync(ctx, p, &kgo.Record{Topic: topic, Key: []byte(k), Value: []byte("POISON")})
+		want := korder.ErrDeadLettered
+		if i == 2 {
+			want = korder.ErrDropped
+		}
+		if !errors.Is(err, want) {
+			t.Fatalf("%s: got %v, want %v", k, err, want)
+		}
+	}
+	if n := len(p.Quarantined(topic)); n != 2 {
+		t.Fatalf("%d keys quarantined, want 2", n)
+	}
+	p.ReleaseQuarantine(topic, []byte("a"))
+	p.ReleaseQuarantine(topic, []byte("b"))
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Key: []byte("a"), Value: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	if n := korder.Topics(p); n != 0 {
+		t.Fatalf("the Producer keeps %d topics after recovering", n)
+	}
+}
+
+// unbuffered signals each record kgo is done with (before its promise).
+type unbuffered chan struct{}
+
+func (u unbuffered) OnProduceRecordUnbuffered(*kgo.Record, error) { u <- struct{}{} }
+
+// 10. MaxHeld bounds what the Producer keeps for a failed partition with
+// kgo's default partitioner: once it keeps MaxHeld, Produce blocks (here
+// until its context ends). Each record is produced once kgo is done with the
+// one before, so that what the Producer keeps is known.
+func TestMaxHeldDefaultPartitioner(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+	defer fault.Remove()
+	unbuf := make(unbuffered, 1000)
+	// A backoff longer than the test: the partition stays failed, and
+	// what the Producer keeps for it only grows.
+	p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), kgo.WithHooks(unbuf)}, korder.MaxHeld(100),
+		korder.WithPolicies(korder.Retry(1, time.Hour), korder.Stop()))
+	k0 := keyFor("k", 0, 2)
+	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	ps := newPromises()
+	maxHeld := int64(0)
+	for i := range 300 {
+		p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(k0), Value: []byte{byte(i)}}, ps.fn())
+		if pctx.Err() != nil {
+			continue // blocked until its context ended
+		}
+		waitOn(ctx, t, unbuf, "kgo to finish the record")
+		maxHeld = max(maxHeld, p.Stats().Held)
+	}
+	p.Close()
+	ps.wait(ctx, t)
+	canceled := 0
+	for _, err := range ps.check(t) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			canceled++
+		}
+	}
+	if canceled == 0 || maxHeld > 101 {
+		t.Fatalf("MaxHeld(100): held up to %d, %d records blocked until their context ended", maxHeld, canceled)
+	}
+}
+
+// Issue 23, item 5: a record with no topic is a usage error: kgo's own
+// error, no retry, nothing stopped; and QuarantineKeys applies to
+// DeadLetter only.
+func TestNoTopicIsAUsageError(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	p := newProducer(t, c, nil)
+	err := produceSync(ctx, p, &kgo.Record{Value: []byte("x")})
+	if err == nil || errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("got %v, want kgo's error", err)
+	}
+	if s := p.Stats(); s.Retries != 0 || s.Stopped != 0 || s.Failures != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := produceSync(ctx, p, rec(0, "a", 0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := korder.NewProducer(nil, korder.WithPolicies(korder.Drop().QuarantineKeys())); err == nil {
+		t.Fatal("Drop().QuarantineKeys() accepted")
+	}
+}

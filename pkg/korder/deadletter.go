@@ -1,0 +1,123 @@
+package korder
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// The headers of a dead-letter copy: the cause, and the record's topic and
+// partition.
+const (
+	HeaderCause     = "korder-cause"
+	HeaderTopic     = "korder-topic"
+	HeaderPartition = "korder-partition"
+)
+
+// deadLetters writes copies of records to dead-letter topics, and recovers a
+// dead-letter partition that kgo failed. The dead-letter topics are not the
+// Producer's: their failures are not counted, and no partition state is kept
+// for them, only how many failed dead-letter records were seen per failed
+// partition, which recovering it needs.
+type deadLetters struct {
+	cl     *kgo.Client
+	topics map[string]bool // the policies' dead-letter topics (read only)
+
+	mu   sync.Mutex
+	seen map[string]map[int32]int
+}
+
+func newDeadLetters(policies []Policy) *deadLetters {
+	d := &deadLetters{topics: map[string]bool{}, seen: map[string]map[int32]int{}}
+	for _, p := range policies {
+		if p.kind == policyDeadLetter {
+			d.topics[p.topic] = true
+		}
+	}
+	return d
+}
+
+// copyFor returns the dead-letter copy of pd's record.
+func copyFor(topic string, pd *pending) *kgo.Record {
+	r := pd.r
+	cause := "quarantined"
+	if pd.err != nil {
+		cause = pd.err.Error()
+	}
+	hs := append(slices.Clip(r.Headers),
+		kgo.RecordHeader{Key: HeaderCause, Value: []byte(cause)},
+		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+	)
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
+}
+
+// divert produces a dead-letter copy of pd's record and calls done with the
+// outcome, from kgo's promise.
+func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
+	d.cl.Produce(context.Background(), copyFor(topic, pd), func(r *kgo.Record, err error) {
+		if err != nil {
+			d.failed(r)
+		}
+		done(err)
+	})
+}
+
+// write produces a dead-letter copy of pd's record and waits for it.
+func (d *deadLetters) write(topic string, pd *pending) error {
+	ch := make(chan error, 1)
+	d.divert(topic, pd, func(err error) { ch <- err })
+	return <-ch
+}
+
+// failed counts a failed dead-letter record, and recovers its partition once
+// every record kgo failed or rejected there was seen (kgo refuses before).
+func (d *deadLetters) failed(r *kgo.Record) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	parts := d.seen[r.Topic]
+	if parts == nil {
+		parts = map[int32]int{}
+		d.seen[r.Topic] = parts
+	}
+	parts[r.Partition]++
+	if recoverPartition(d.cl, r.Topic, r.Partition, parts[r.Partition], false, nil) == nil {
+		delete(parts, r.Partition)
+	}
+}
+
+// quarantine is a topic's quarantined keys, each with the error that
+// diverted its first record. Guarded by the topic's lock.
+type quarantine map[string]error
+
+var errQuarantineFull = errors.New("korder: quarantine full")
+
+func (q *quarantine) add(key []byte, cause error, max int) error {
+	if key == nil {
+		return nil
+	}
+	if _, ok := (*q)[string(key)]; ok {
+		return nil
+	}
+	if len(*q) >= max {
+		return errQuarantineFull
+	}
+	if *q == nil {
+		*q = quarantine{}
+	}
+	(*q)[string(key)] = cause
+	return nil
+}
+
+func (q quarantine) keys() [][]byte {
+	var ks [][]byte
+	for k := range q {
+		ks = append(ks, []byte(k))
+	}
+	slices.SortFunc(ks, func(a, b []byte) int { return slices.Compare(a, b) })
+	return ks
+}

@@ -1,0 +1,72 @@
+// Package korder is an ordered producer on top of franz-go's kgo: it keeps
+// per-partition order across produce failures by carrying out the recovery
+// protocol of kgo.FailPartitionOnProduceFailure for you.
+//
+// With plain kgo, a record that fails (retries or the delivery timeout run
+// out, a non-retryable broker error) is reported asynchronously, after
+// records produced later may already be written; producing it again puts it
+// behind them. kgo.FailPartitionOnProduceFailure stops the damage: the
+// partition rejects every later record until it is recovered, and
+// kgo.Client.RecoverProducePartition recovers it and buffers given records at
+// its front in one step, refusing while failed or rejected records have not
+// come back yet. A Producer does the rest:
+//
+//   - It collects a failed partition's failed and rejected records from
+//     their promises, in Produce order. Nothing else is held: kgo rejects
+//     the partition's new records, and the topic's other partitions, and
+//     other topics, keep flowing, with any partitioner.
+//   - It settles them through the policies, the earliest first: Retry,
+//     Isolate, DeadLetter, Drop or Stop.
+//   - It hands the records to produce again back to kgo with
+//     RecoverProducePartition; if kgo refuses because records are still on
+//     their way back, it waits for them and calls again. A Retry attempt
+//     sends the failed batch first, keeping the partition failed, and the
+//     rest once the batch is written.
+//
+// The guarantee: for every partition, the records written are exactly the
+// records produced to it, in Produce call order (per producing goroutine, as
+// with kgo), minus the records a policy diverted or dropped (and those
+// rejected with ErrHeldFull or settled with their own context's error).
+// Every promise is called exactly once, with the final outcome.
+//
+// # Partitions and topics
+//
+// Each failed partition has a state machine of its own (partition.go), with
+// its own lock and one worker goroutine while it recovers; a healthy
+// partition costs nothing, and a recovered one is forgotten. A failure kgo reports for a whole topic
+// (partition -1: the topic's partitions were not known, for example an
+// unknown topic) has a state machine too; while it recovers, the topic's
+// partitions wait for it (kgo makes records produced meanwhile wait). Stop
+// stops only the failed partition: kgo keeps it failed, its records fail with
+// ErrStopped, and Resume resumes it. A quarantined key is quarantined in its
+// topic.
+//
+// Produce blocks only while its topic is held: while a recovering partition
+// of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless
+// RejectWhenHeldFull), and, briefly, when producers keep a failed partition
+// so busy that a recovery is refused a thousand times in a row (its rejected
+// records never all come back). Retry's first batch and Isolate's halves are
+// produced with the partition kept failed (keepFailed), so nothing else
+// waits for them.
+//
+// # Contexts
+//
+// A record whose own context (the one given to Produce, or its Context) is
+// done when its turn comes is settled alone with its context's error, as raw
+// kgo would: it is not produced again, diverted, dropped or counted toward
+// Stop.
+//
+// # Records possibly written
+//
+// A record that fails with kgo.ErrPossiblyWritten may already be in the log.
+// Retry does not produce it again, unless RetryPossiblyWritten; the next
+// policy settles it.
+//
+// # Cost
+//
+// While nothing is wrong, Produce takes no lock and allocates nothing per
+// record: a sequence number (an atomic add on a counter only producing
+// goroutines write), a load of one read-mostly word, and a carrier for the
+// promise from a sync.Pool, which shrinks when the garbage collector runs. kgo's promise goroutine frees the carrier and counts the
+// record out on a counter only it writes.
+package korder

@@ -1,0 +1,162 @@
+package korder
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+var (
+	// ErrDeadLettered is the error (wrapping the cause) a record's promise
+	// gets when DeadLetter diverted it to the dead-letter topic.
+	ErrDeadLettered = errors.New("korder: record diverted to the dead-letter topic")
+
+	// ErrDropped is the error (wrapping the cause) a record's promise gets
+	// when Drop dropped it.
+	ErrDropped = errors.New("korder: record dropped after a produce failure")
+
+	// ErrStopped is the error (wrapping the cause) a record's promise gets
+	// when Stop stopped its partition: the record that failed, every
+	// record of the partition after it, and every record produced to the
+	// partition until Resume.
+	ErrStopped = errors.New("korder: partition stopped after a produce failure")
+
+	// ErrHeldFull is the error a record's promise gets, with
+	// RejectWhenHeldFull, when its partition is recovering and what the
+	// Producer keeps for it is at MaxHeld or MaxHeldBytes. The record is not
+	// written.
+	ErrHeldFull = errors.New("korder: held queue full while the partition recovers")
+
+	// ErrClosed is the error a record's promise gets if the Producer is
+	// closed before the record could be produced. As with
+	// kgo.ErrClientClosed, which it then wraps, a record whose produce
+	// request was in flight when the Producer closed may have been written
+	// anyway: the outcome of a request in flight at Close is unknown.
+	ErrClosed = errors.New("korder: producer closed")
+)
+
+// DefaultMaxHeldBytes is the default of MaxHeldBytes: 64 MiB.
+const DefaultMaxHeldBytes = 64 << 20
+
+// DefaultMaxQuarantinedKeys is the default of MaxQuarantinedKeys: 10000.
+const DefaultMaxQuarantinedKeys = 10000
+
+// DefaultStallAfter was the default of StallAfter: 100ms. StallAfter has no
+// effect any more.
+const DefaultStallAfter = 100 * time.Millisecond
+
+type config struct {
+	policies       []Policy
+	maxHeld        int // per partition; 0: no bound
+	maxHeldBytes   int64
+	maxQuarantined int
+	rejectWhenFull bool
+	invalid        string
+}
+
+func defaultConfig() config {
+	return config{
+		policies:       []Policy{Retry(3, 100*time.Millisecond), Stop()},
+		maxHeldBytes:   DefaultMaxHeldBytes,
+		maxQuarantined: DefaultMaxQuarantinedKeys,
+	}
+}
+
+func (c *config) validate() error {
+	if c.invalid != "" {
+		return fmt.Errorf("korder: %s: must be at least 1", c.invalid)
+	}
+	if len(c.policies) == 0 {
+		return errors.New("korder: WithPolicies needs at least one policy")
+	}
+	for i, p := range c.policies {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		if (p.kind == policyDrop || p.kind == policyStop) && i != len(c.policies)-1 {
+			return fmt.Errorf("korder: %s settles every record, so the policies after it (%s) would never run", p, c.policies[i+1])
+		}
+	}
+	return nil
+}
+
+// Opt configures a Producer.
+type Opt func(*config)
+
+// WithPolicies sets the policies for failed records, applied in order,
+// overriding the default of Retry(3, 100*time.Millisecond) then Stop(). For
+// example, WithPolicies(Retry(5, time.Second), Isolate(),
+// DeadLetter("dlq").QuarantineKeys()) retries, narrows batch failures down
+// to the failing records, and diverts those.
+func WithPolicies(policies ...Policy) Opt {
+	return func(c *config) { c.policies = policies }
+}
+
+// MaxHeld bounds how many failed and rejected records the Producer keeps for
+// one partition while it recovers, whatever the partitioner. There is no such
+// bound by default (MaxHeldBytes bounds the bytes). When a partition is at
+// the bound, Produce for its topic blocks until the partition has room again
+// or the Produce context is done; with RejectWhenHeldFull, the records kgo
+// rejects for the full partition fail with ErrHeldFull instead, and Produce
+// does not block.
+func MaxHeld(n int) Opt {
+	return func(c *config) {
+		c.maxHeld = n
+		if n < 1 {
+			c.invalid = fmt.Sprintf("MaxHeld(%d)", n)
+		}
+	}
+}
+
+// MaxHeldBytes bounds the bytes the Producer keeps for the recovering
+// partitions of a topic: the sum of the key, value and header sizes of their
+// failed and rejected records. The default is DefaultMaxHeldBytes (64 MiB,
+// some 600000 records of 100 bytes). At the bound, Produce for the topic
+// blocks as with MaxHeld, or with RejectWhenHeldFull records fail with
+// ErrHeldFull.
+//
+// A Produce that blocks blocks the producing goroutine, and so the records it
+// would produce next to healthy partitions.
+func MaxHeldBytes(n int64) Opt {
+	return func(c *config) {
+		c.maxHeldBytes = n
+		if n < 1 {
+			c.invalid = fmt.Sprintf("MaxHeldBytes(%d)", n)
+		}
+	}
+}
+
+// MaxQuarantinedKeys bounds how many keys each topic may have quarantined by
+// DeadLetter(...).QuarantineKeys(); the default is DefaultMaxQuarantinedKeys
+// (10000). A record that DeadLetter would divert while its topic's quarantine
+// is full is passed on to the next policy, as if the dead-letter topic had
+// failed.
+func MaxQuarantinedKeys(n int) Opt {
+	return func(c *config) {
+		c.maxQuarantined = n
+		if n < 1 {
+			c.invalid = fmt.Sprintf("MaxQuarantinedKeys(%d)", n)
+		}
+	}
+}
+
+// RejectWhenHeldFull makes records that a recovering partition rejects
+// while it is at MaxHeld or MaxHeldBytes fail at once with ErrHeldFull,
+// instead of making Produce block: the producing goroutine keeps producing
+// to the healthy partitions. A rejected record is not written and, as with
+// Drop, records produced after it may be. Off by default.
+func RejectWhenHeldFull() Opt {
+	return func(c *config) { c.rejectWhenFull = true }
+}
+
+// TopicHolds has no effect: holds are per partition with any partitioner.
+//
+// Deprecated: kgo's RecoverProducePartition makes per-partition holds exact
+// with every partitioner.
+func TopicHolds() Opt { return func(*config) {} }
+
+// StallAfter has no effect.
+//
+// Deprecated: a partition that makes no progress is kgo's to bound; the
+// Producer no longer computes partitions itself.
+func StallAfter(time.Duration) Opt { return func(*config) {} }

@@ -1,0 +1,426 @@
+package korder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// partition is the state machine of one failed partition (or, as partition
+// -1, of a topic that failed before its records were partitioned). It
+// exists while kgo has the partition failed, while records of it are being
+// settled or produced again, and while it is stopped; a healthy partition
+// has none.
+//
+// While kgo has the partition failed, kgo rejects every later record of it,
+// and each failed or rejected record comes back to the Producer in its
+// promise: the partition collects them (q, in Produce order) and counts them
+// (seen). One worker goroutine settles them, the earliest first, through the
+// policies. Records to produce again are handed back with
+// RecoverProducePartition, which buffers them at the partition's front and
+// un-fails it in one step, and refuses while kgo failed or rejected records
+// that have not come back yet: the worker then waits for them and calls
+// again. Everything is under mu; the worker waits on cond, which every
+// change signals, so no wake-up is lost.
+type partition struct {
+	p  *Producer
+	t  *topic
+	id int32
+
+	mu        sync.Mutex
+	cond      sync.Cond
+	q         queue
+	seen      int   // records of kgo's current failure of the partition received
+	failed    bool  // kgo has the partition failed
+	organic   bool  // a record that the failure itself failed (not rejected) came back
+	stopped   error // Stop's cause: records that come back fail with ErrStopped
+	resume    bool  // Resume was asked while records kgo rejected were missing
+	worker    bool  // the worker goroutine runs
+	holding   bool  // the worker holds the topic: records missing under load
+	full      bool  // at MaxHeld (the topic's full count includes it)
+	inRound   map[*kgo.Record]*pending
+	round     uint64 // the last round sent
+	failedRd  bool   // a record of the last round failed
+	roundRest bool   // the last round was a Retry's first batch: the rest follows
+	suspectRd uint64 // the last round that failed: its records still kept are the suspects
+	settled   bool   // the first record is settled, or written: the rest goes whole, past the policies
+	roundEnd  chan struct{}
+	since     time.Time
+}
+
+func newPartition(p *Producer, t *topic, id int32) *partition {
+	pt := &partition{p: p, t: t, id: id, since: time.Now()}
+	pt.cond.L = &pt.mu
+	return pt
+}
+
+// arriveLocked takes a failed or rejected record of the partition.
+func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
+	pd.err = err
+	pt.seen++
+	pt.failed = true
+	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+	if !rejected {
+		pt.organic = true
+	}
+	defer pt.cond.Broadcast()
+	switch {
+	case pt.p.isClosed():
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	case pt.stopped != nil:
+		pt.p.st.stopped.Add(1)
+		pt.tryResumeLocked()
+		return fmt.Errorf("%w: %w", ErrStopped, pt.stopped)
+	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
+		pt.p.st.heldFull.Add(1)
+		return fmt.Errorf("%w: %w", ErrHeldFull, err)
+	}
+	pt.q.insert(pd)
+	pt.t.heldBytes.Add(pd.size())
+	pt.checkFullLocked()
+	pt.startLocked()
+	return nil
+}
+
+func (pt *partition) atBoundLocked() bool {
+	return (pt.p.cfg.maxHeld > 0 && pt.q.len() >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
+}
+
+// checkFullLocked makes Produce for the topic block while the partition is
+// at its bound (unless RejectWhenHeldFull).
+func (pt *partition) checkFullLocked() {
+	full := !pt.p.cfg.rejectWhenFull && pt.atBoundLocked()
+	if full != pt.full {
+		pt.full = full
+		if full {
+			pt.t.block(1)
+		} else {
+			pt.t.block(-1)
+		}
+	}
+}
+
+func (pt *partition) startLocked() {
+	if !pt.worker && pt.stopped == nil {
+		pt.worker = true
+		go pt.run()
+	}
+}
+
+// run is the worker: it settles the partition's records until the partition
+// is healthy, stopped, or the Producer closes.
+func (pt *partition) run() {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for {
+		switch {
+		case pt.p.isClosed():
+			pt.endLocked(ErrClosed)
+			return
+		case pt.stopped != nil:
+			pt.endLocked(nil)
+			return
+		case len(pt.inRound) > 0: // wait for the round's outcome
+			pt.cond.Wait()
+			continue
+		case pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
+			pt.cond.Wait()
+			continue
+		case pt.q.len() == 0:
+			if !pt.failed {
+				pt.endLocked(nil)
+				return
+			}
+			if pt.recoverLocked(0, false) != nil { // nothing to produce again: un-fail
+				pt.cond.Wait()
+			}
+			continue
+		case pt.failed && !pt.organic: // the failure's own records come first
+			pt.cond.Wait()
+			continue
+		}
+		pd := pt.q.front()
+		if err := pd.canceled(); err != nil {
+			pt.settleLocked(pd, err)
+			pt.p.st.canceled.Add(1)
+			continue
+		}
+		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
+			// Failed or rejected because of a record now settled,
+			// or with another record's context (kgo fails a batch
+			// whose first record's is done): not its own fault.
+			pt.produceLocked(0, false)
+			continue
+		}
+		suspects := pt.q.countFront(pt.suspectRd)
+		if pt.suspectRd == 0 {
+			// The first failure: the suspects are the records it
+			// failed (not those rejected after it), which kgo may
+			// still be promising: one alone is the culprit only
+			// once all came back.
+			suspects = pt.q.countFailed()
+			if suspects == 1 && !pt.allSeenLocked() {
+				pt.cond.Wait()
+				continue
+			}
+		}
+		c := &call{pd: pd, suspects: suspects, env: pt}
+		pt.mu.Unlock()
+		a := pt.p.decide(c)
+		pt.mu.Lock()
+		if pt.p.isClosed() {
+			continue
+		}
+		switch a.kind {
+		case actSettle:
+			pt.settleLocked(pd, a.err)
+			pt.settled = true
+		case actStop:
+			pt.stopLocked(a.err)
+		case actProduce:
+			pt.produceLocked(a.n, a.rest)
+		}
+	}
+}
+
+// settleLocked removes pd and calls its promise with err, without the lock.
+func (pt *partition) settleLocked(pd *pending, err error) {
+	if !pt.q.remove(pd) {
+		return
+	}
+	pt.t.heldBytes.Add(-pd.size())
+	pt.checkFullLocked()
+	pt.mu.Unlock()
+	pt.p.finish(pd, err)
+	pt.mu.Lock()
+}
+
+// stopLocked stops the partition: kgo keeps it failed, and every record of
+// it, collected or yet to come back, fails with ErrStopped.
+func (pt *partition) stopLocked(cause error) {
+	pt.stopped = cause
+	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
+	pt.releaseLocked()
+	err := fmt.Errorf("%w: %w", ErrStopped, cause)
+	for pt.q.len() > 0 {
+		pt.p.st.stopped.Add(1)
+		pt.settleLocked(pt.q.front(), err)
+	}
+}
+
+// endLocked ends the worker: with err (closing), what it holds fails.
+func (pt *partition) endLocked(err error) {
+	pt.releaseLocked()
+	for err != nil && pt.q.len() > 0 {
+		pd := pt.q.front()
+		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
+	}
+	pt.worker = false
+	if pt.stopped == nil && !pt.failed && pt.q.len() == 0 {
+		pt.mu.Unlock()
+		pt.t.forget(pt)
+		pt.mu.Lock()
+	}
+}
+
+// produceLocked hands the first n records (0: all) back to kgo, at the
+// partition's front, in one step with un-failing it; a part (n short of all)
+// keeps the partition failed, so that the rest follows once the part is
+// written (with rest, past the policies). If kgo has records of the
+// partition that have not come back yet, it waits for them and tries again.
+func (pt *partition) produceLocked(n int, rest bool) {
+	for refused := 0; ; refused++ {
+		if pt.p.isClosed() || pt.q.len() == 0 {
+			return
+		}
+		if refused == refusalsBeforeHold && !pt.holding {
+			// Producers keep the partition rejecting faster than its
+			// records come back: hold the topic until they all did.
+			pt.holding = true
+			pt.mu.Unlock()
+			pt.t.block(1)
+			pt.mu.Lock()
+			continue
+		}
+		if refused == 0 && pt.settleCanceledLocked(n) {
+			refused = -1
+			continue
+		}
+		err := pt.recoverLocked(n, rest)
+		if err == nil {
+			return
+		}
+		if debugRefusals {
+			println("korder debug: refused", refused, err.Error(), "seen", pt.seen, "q", pt.q.len())
+		}
+		pt.cond.Wait()
+	}
+}
+
+// recoverLocked recovers the partition with its first n records (0: all).
+func (pt *partition) recoverLocked(n int, rest bool) error {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	// A part keeps the partition failed, and so does a Retry's first
+	// batch (rest) even when it is all: until it is written, unkeyed
+	// records go around the partition, and keyed ones come back.
+	keep := n < pt.q.len() || rest
+	rs := make([]*kgo.Record, n)
+	inRound := make(map[*kgo.Record]*pending, n)
+	for i, pd := range pt.q.rs[:n] {
+		rs[i] = pd.r
+		inRound[pd.r] = pd // known before kgo may promise them
+	}
+	pt.inRound = inRound
+	if err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...); err != nil {
+		pt.inRound = nil
+		return err
+	}
+	pt.seen, pt.settled, pt.failed = 0, false, keep
+	pt.releaseLocked() // nothing is missing any more
+	if !keep {
+		pt.organic = false
+	}
+	if n == 0 {
+		pt.inRound = nil
+		return nil
+	}
+	pt.round++
+	pt.failedRd, pt.roundRest = false, rest
+	for _, pd := range pt.q.take(0, n) {
+		pd.round = pt.round
+		pt.t.heldBytes.Add(-pd.size())
+	}
+	pt.checkFullLocked()
+	pt.roundEnd = make(chan struct{})
+	pt.p.flushUntil(pt.roundEnd)
+	return nil
+}
+
+// allSeenLocked asks kgo whether every record it failed or rejected in the
+// partition came back: a recovery with one record too few is refused, with
+// how many kgo counts, and changes nothing.
+func (pt *partition) allSeenLocked() bool {
+	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil)
+	if err == nil {
+		return true // not failed any more
+	}
+	msg := err.Error()
+	i := strings.Index(msg, " records it failed or rejected")
+	j := strings.LastIndex(msg[:max(i, 0)], ": ")
+	var missing, total int
+	if i < 0 || j < 0 {
+		return true
+	}
+	if _, perr := fmt.Sscanf(msg[j+2:i], "%d of the %d", &missing, &total); perr != nil {
+		return true
+	}
+	return pt.seen >= total
+}
+
+// settleCanceledLocked settles, each alone with its context's error, the
+// first n kept records (0: all) whose context is done, before a round would
+// produce them.
+func (pt *partition) settleCanceledLocked(n int) bool {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	for _, pd := range pt.q.rs[:n] {
+		if err := pd.canceled(); err != nil {
+			pt.p.st.canceled.Add(1)
+			pt.settleLocked(pd, err)
+			return true
+		}
+	}
+	return false
+}
+
+// roundPromise is the promise of the records produced again.
+func (pt *partition) roundPromise(r *kgo.Record, err error) {
+	pt.mu.Lock()
+	pd := pt.inRound[r]
+	pt.mu.Unlock()
+	if pd == nil {
+		return
+	}
+	pt.p.result(pd, r, err) // a failure comes back to its partition first
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	delete(pt.inRound, r)
+	if err != nil {
+		pt.failedRd = true
+	}
+	if len(pt.inRound) > 0 {
+		return
+	}
+	close(pt.roundEnd)
+	if pt.failedRd {
+		pt.suspectRd = pt.round
+	} else if pt.roundRest {
+		pt.settled = true // the rest follows, past the policies
+	}
+	pt.cond.Broadcast()
+}
+
+// releaseLocked ends the worker's hold of the topic.
+func (pt *partition) releaseLocked() {
+	if pt.holding {
+		pt.holding = false
+		pt.t.block(-1)
+	}
+}
+
+// tryResumeLocked ends a Stop once kgo agrees that every record it failed or
+// rejected came back.
+func (pt *partition) tryResumeLocked() {
+	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) != nil {
+		return
+	}
+	pt.stopped, pt.resume, pt.failed, pt.organic, pt.seen = nil, false, false, false, 0
+	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
+	pt.startLocked() // it ends at once, and forgets the partition
+}
+
+// The partition is its policies' stepEnv.
+
+func (pt *partition) backoff(d time.Duration) bool {
+	if d <= 0 {
+		return !pt.p.isClosed()
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return true
+	case <-pt.p.closing:
+		return false
+	}
+}
+
+func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) error {
+	if quarantine && !pt.t.quarantineRoom(pd.r.Key) {
+		return errQuarantineFull
+	}
+	done := make(chan struct{})
+	pt.p.flushUntil(done)
+	err := pt.p.dl.write(topic, pd)
+	close(done)
+	if err == nil && quarantine {
+		pt.t.addQuarantine(pd.r.Key, topic, pd.err)
+	}
+	return err
+}
+
+func (pt *partition) count(c *counter) { c.Add(1) }
+
+const debugRefusals = false
+
+// refusalsBeforeHold is how many refused recoveries in a row make the worker
+// hold the topic, so that its records in flight can all come back.
+const refusalsBeforeHold = 1000

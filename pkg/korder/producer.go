@@ -1,0 +1,404 @@
+package korder
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Producer is an ordered producer. It is safe for concurrent use.
+type Producer struct {
+	cl       *kgo.Client
+	cfg      config
+	decide   func(*call) act
+	carriers *carriers
+	dl       *deadLetters
+
+	defaultTopic string
+	always       bool // kgo.DefaultProduceTopicAlways
+	lingers      bool // the client lingers or flushes manually: rounds flush it
+
+	// The no-failure path: in numbers the records (and counts them in), out
+	// counts the promises that returned; each is written by one side only
+	// (producing goroutines, kgo's promise goroutine). attn counts what
+	// takes Produce off that path (holds, quarantines, Close) and is
+	// read-mostly.
+	in   atomic.Uint64
+	_    [56]byte
+	out  atomic.Uint64
+	_    [56]byte
+	attn atomic.Int32
+	_    [60]byte
+
+	closing chan struct{}
+	closed  atomic.Bool
+	waiters atomic.Int32 // Flush and Close calls waiting for out to reach in
+	idleMu  sync.Mutex
+	idle    chan struct{}
+
+	mu       sync.Mutex
+	topics   map[string]*topic
+	holdTime map[string]map[int32]time.Duration
+
+	st stats
+}
+
+// NewProducer returns a Producer around a new kgo client built from kopts,
+// with kgo.FailPartitionOnProduceFailure and the Producer's failure hook
+// added. opts configure the Producer; without WithPolicies, the policies are
+// Retry(3, 100ms) then Stop.
+func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
+	p := &Producer{
+		cfg:      defaultConfig(),
+		topics:   map[string]*topic{},
+		holdTime: map[string]map[int32]time.Duration{},
+		closing:  make(chan struct{}),
+		idle:     make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(&p.cfg)
+	}
+	if err := p.cfg.validate(); err != nil {
+		return nil, err
+	}
+	p.decide = chain(p.cfg.policies, &p.st)
+	p.carriers = newCarriers(p.done, p.result)
+	p.dl = newDeadLetters(p.cfg.policies)
+	all := append(append([]kgo.Opt(nil), kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, err
+	}
+	p.cl, p.dl.cl = cl, cl
+	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
+	p.always, _ = cl.OptValue(kgo.DefaultProduceTopicAlways).(bool)
+	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
+	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
+	p.lingers = linger > 0 || manual
+	return p, nil
+}
+
+// Client returns the underlying kgo client. Producing through it directly
+// bypasses the Producer's ordering protocol.
+func (p *Producer) Client() *kgo.Client { return p.cl }
+
+// hook is the Producer's kgo.HookProducePartitionFailed. It runs on a kgo
+// goroutine and takes the Producer's locks briefly; it never waits.
+type hook struct{ p *Producer }
+
+func (h hook) OnProducePartitionFailed(topic string, partition int32, err error) {
+	p := h.p
+	if p.dl.topics[topic] {
+		return // the dead-letter writer recovers its own partitions
+	}
+	p.st.failures.Add(1)
+	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
+	pt := p.lockPartition(topic, partition, true, false)
+	pt.failed = true
+	pt.startLocked()
+	pt.mu.Unlock()
+}
+
+// lockPartition returns the state machine of a partition, locked, made if
+// make is set; nil if it has none.
+func (p *Producer) lockPartition(name string, id int32, make, route bool) *partition {
+	p.mu.Lock()
+	t := p.topics[name]
+	if t == nil {
+		if !make {
+			p.mu.Unlock()
+			return nil
+		}
+		t = &topic{p: p, name: name, parts: map[int32]*partition{}}
+		p.topics[name] = t
+	}
+	t.mu.Lock()
+	p.mu.Unlock()
+	defer t.mu.Unlock()
+	if route && id >= 0 && t.parts[id] == nil && t.minus.Load() {
+		id = -1 // not partitioned: the topic's failure
+	}
+	pt := t.parts[id]
+	if pt == nil {
+		if !make {
+			return nil
+		}
+		pt = t.partitionLocked(id)
+	}
+	pt.mu.Lock()
+	return pt
+}
+
+// Produce produces r with kgo's semantics, keeping per-partition order across
+// failures. The promise is called exactly once: with nil once the record is
+// written, or with an error that wraps ErrDeadLettered, ErrDropped,
+// ErrStopped, ErrHeldFull or ErrClosed and the cause, with its own context's
+// error if that is done before the record could be written, or with kgo's
+// own error for a failure that fails no partition, such as a usage error (no
+// topic, an invalid record): such a record is not retried and holds nothing
+// back.
+//
+// Produce blocks while the record's topic is held (Isolate bisecting, a
+// partition at MaxHeld or MaxHeldBytes) until the hold ends or ctx is done,
+// in which case the promise gets ctx's error. As with kgo, a promise must not
+// block, and must not call Flush or Close; produce from a promise in a
+// goroutine of its own.
+func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if promise == nil {
+		promise = func(*kgo.Record, error) {}
+	}
+	if p.always || r.Topic == "" {
+		r.Topic = p.defaultTopic
+	}
+	seq := p.in.Add(1)
+	if p.attn.Load() == 0 {
+		p.handoff(ctx, r, promise, seq)
+		return
+	}
+	p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
+}
+
+// handoff gives a record to kgo, with a carrier for its promise.
+func (p *Producer) handoff(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64) {
+	c := p.carriers.claim()
+	c.pd = pending{seq: seq, ctx: ctx, r: r, promise: promise}
+	p.cl.Produce(ctx, r, c.done)
+}
+
+// produceSlow is Produce while something takes it off the no-failure path.
+func (p *Producer) produceSlow(pd *pending) {
+	for {
+		wait, err := p.admit(pd)
+		switch {
+		case err == errDiverted:
+			return
+		case err != nil:
+			p.finish(pd, err)
+			return
+		case wait == nil:
+			p.handoff(pd.ctx, pd.r, pd.promise, pd.seq)
+			return
+		}
+		select {
+		case <-wait:
+		case <-pd.ctx.Done():
+			p.st.canceled.Add(1)
+			p.finish(pd, pd.ctx.Err())
+			return
+		case <-p.closing:
+		}
+	}
+}
+
+var errDiverted = errors.New("diverted")
+
+// admit is Produce off the no-failure path.
+func (p *Producer) admit(pd *pending) (wait chan struct{}, err error) {
+	if p.isClosed() {
+		return nil, ErrClosed
+	}
+	p.mu.Lock()
+	t := p.topics[pd.r.Topic]
+	p.mu.Unlock()
+	if t == nil {
+		return nil, nil
+	}
+	wait, dlTopic, cause := t.admit(pd.r.Key)
+	if cause != nil {
+		pd.err = cause
+		p.dl.divert(dlTopic, pd, func(err error) {
+			if err != nil {
+				p.st.stopped.Add(1)
+				p.finish(pd, fmt.Errorf("%w: %w", ErrStopped, err))
+				return
+			}
+			p.st.deadLettered.Add(1)
+			p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
+		})
+		return nil, errDiverted
+	}
+	return wait, nil
+}
+
+// result takes a record's outcome from kgo: a failure of a failed partition
+// goes to its state machine; anything else to the record's promise.
+func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
+	if err != nil {
+		rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+		id := r.Partition
+		if rejected && strings.Contains(err.Error(), "topic "+r.Topic+" partition -1:") {
+			id = -1 // rejected by kgo's failure of the whole topic
+		}
+		if pt := p.lockPartition(r.Topic, id, rejected, true); pt != nil {
+			settle := pt.arriveLocked(pd, err)
+			pt.mu.Unlock()
+			if settle == nil {
+				return
+			}
+			err = settle
+		}
+	}
+	p.finish(pd, err)
+}
+
+// finish calls a record's promise, and counts it out.
+func (p *Producer) finish(pd *pending, err error) { p.done(pd.promise, pd.r, err) }
+
+func (p *Producer) done(promise func(*kgo.Record, error), r *kgo.Record, err error) {
+	promise(r, err)
+	n := p.out.Add(1)
+	if p.waiters.Load() > 0 && n == p.in.Load() {
+		p.idleMu.Lock()
+		close(p.idle)
+		p.idle = make(chan struct{})
+		p.idleMu.Unlock()
+	}
+}
+
+// waitIdle waits until every record produced has been settled.
+func (p *Producer) waitIdle(ctx context.Context) error {
+	p.waiters.Add(1)
+	defer p.waiters.Add(-1)
+	for {
+		p.idleMu.Lock()
+		idle := p.idle
+		p.idleMu.Unlock()
+		if p.out.Load() == p.in.Load() {
+			return nil
+		}
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// flushUntil flushes the client until done is closed, if the client would
+// otherwise linger on (or, flushing manually, never send) the records of a
+// recovery round or a dead-letter write.
+func (p *Producer) flushUntil(done chan struct{}) {
+	if !p.lingers {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-done:
+		case <-p.closing:
+		}
+		cancel()
+	}()
+	go p.cl.Flush(ctx) //nolint:errcheck // cancelled when done
+}
+
+func (p *Producer) isClosed() bool { return p.closed.Load() }
+
+// Flush waits until every record produced so far has finished: written,
+// diverted, dropped or failed, including records being recovered.
+func (p *Producer) Flush(ctx context.Context) error {
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go p.cl.Flush(fctx) //nolint:errcheck // kgo sends what it lingers on meanwhile
+	return p.waitIdle(ctx)
+}
+
+// Close closes the Producer and its client. Records being recovered that have
+// not been produced again fail with ErrClosed; records in kgo fail as
+// kgo.Client.Close fails them. Every promise has been called, and has
+// returned, before Close returns. Close does not wait for buffered records:
+// call Flush first for that. Do not call Close or Flush from a promise.
+func (p *Producer) Close() {
+	if p.closed.Swap(true) {
+		<-p.closing
+		_ = p.waitIdle(context.Background())
+		return
+	}
+	p.attn.Add(1)
+	close(p.closing)
+	p.mu.Lock()
+	var parts []*partition
+	for _, t := range p.topics {
+		t.mu.Lock()
+		for _, pt := range t.parts {
+			parts = append(parts, pt)
+		}
+		t.mu.Unlock()
+	}
+	p.mu.Unlock()
+	for _, pt := range parts {
+		pt.mu.Lock()
+		pt.cond.Broadcast()
+		pt.mu.Unlock()
+	}
+	p.cl.Close()
+	_ = p.waitIdle(context.Background())
+}
+
+// Resume ends the Stop of every stopped partition of topic: records produced
+// to them from now on are produced. Records of a stopped partition that kgo
+// rejected before Resume still fail with ErrStopped, whenever their promise
+// comes: a partition resumes in kgo only once all of them came back. Resuming
+// a topic that is not stopped is a no-op.
+func (p *Producer) Resume(topic string) {
+	p.mu.Lock()
+	t := p.topics[topic]
+	p.mu.Unlock()
+	if t == nil {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pt := range t.parts {
+		pt.mu.Lock()
+		if pt.stopped != nil {
+			pt.resume = true
+			pt.tryResumeLocked()
+		}
+		pt.mu.Unlock()
+	}
+}
+
+// ReleaseQuarantine ends the quarantine of key in topic: later records with
+// the key are produced to topic again. Releasing a key that is not
+// quarantined is a no-op.
+func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.topics[topic]
+	if t == nil || !t.release(key) {
+		return
+	}
+	t.mu.Lock()
+	t.forgetLocked()
+	t.mu.Unlock()
+	p.logf(kgo.LogLevelInfo, "korder: released quarantined key", "topic", topic, "key", string(key))
+}
+
+// Quarantined returns the keys quarantined in topic, sorted.
+func (p *Producer) Quarantined(topic string) [][]byte {
+	p.mu.Lock()
+	t := p.topics[topic]
+	p.mu.Unlock()
+	if t == nil {
+		return nil
+	}
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	return t.quarantine.keys()
+}
+
+func (p *Producer) logf(level kgo.LogLevel, msg string, kvs ...any) {
+	if l, _ := p.cl.OptValue(kgo.WithLogger).(kgo.Logger); l != nil && l.Level() >= level {
+		l.Log(level, msg, kvs...)
+	}
+}

@@ -1,0 +1,128 @@
+package korder
+
+import (
+	"context"
+	"errors"
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// pending is one record produced through the Producer, until its promise is
+// called.
+type pending struct {
+	seq      uint64 // Produce order, over the whole Producer
+	ctx      context.Context
+	r        *kgo.Record
+	promise  func(*kgo.Record, error)
+	err      error // the last error kgo failed the record with
+	attempts int   // Retry attempts
+	round    uint64
+}
+
+// size is what a record counts for against MaxHeldBytes: its key, value and
+// headers.
+func (pd *pending) size() int64 {
+	n := len(pd.r.Key) + len(pd.r.Value)
+	for _, h := range pd.r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return int64(n)
+}
+
+// canceled returns the error of the record's own context, if it is done.
+func (pd *pending) canceled() error {
+	if pd.ctx != nil && pd.ctx.Err() != nil {
+		return pd.ctx.Err()
+	}
+	if c := pd.r.Context; c != nil && c.Err() != nil {
+		return c.Err()
+	}
+	return nil
+}
+
+// queue holds the failed and rejected records of a partition in Produce
+// order: kgo may promise rejected records before failed ones, and a round's
+// records come back failed after records rejected meanwhile, so they are
+// inserted by sequence. rs is the queue, base[off:]: the room that a round
+// leaves at the front takes its records back without moving the rest.
+type queue struct {
+	rs    []*pending
+	base  []*pending
+	off   int
+	bytes int64
+}
+
+func (q *queue) len() int { return len(q.rs) }
+
+func (q *queue) front() *pending { return q.rs[0] }
+
+func (q *queue) insert(pd *pending) {
+	i := len(q.rs)
+	if i > 0 && q.rs[i-1].seq > pd.seq {
+		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
+	}
+	if q.off > 0 && i <= len(q.rs)/2 {
+		q.off--
+		copy(q.base[q.off:], q.base[q.off+1:q.off+1+i])
+	} else {
+		q.base = append(q.base, nil)
+		copy(q.base[q.off+i+1:], q.base[q.off+i:])
+	}
+	q.base[q.off+i] = pd
+	q.rs = q.base[q.off:]
+	q.bytes += pd.size()
+}
+
+// remove removes pd, wherever it is.
+func (q *queue) remove(pd *pending) bool {
+	for i, x := range q.rs {
+		if x == pd {
+			q.take(i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// take removes and returns the records from i to j. The backing array is
+// dropped once the queue is empty, so that a long outage does not keep its
+// memory.
+func (q *queue) take(i, j int) []*pending {
+	out := append([]*pending(nil), q.rs[i:j]...)
+	if i == 0 {
+		clear(q.rs[:j])
+		q.off += j
+	} else {
+		q.base = append(q.base[:q.off+i], q.base[q.off+j:]...)
+	}
+	q.rs = q.base[q.off:]
+	for _, pd := range out {
+		q.bytes -= pd.size()
+	}
+	if len(q.rs) == 0 {
+		q.rs, q.base, q.off = nil, nil, 0
+	}
+	return out
+}
+
+func (q *queue) all() []*pending { return q.take(0, len(q.rs)) }
+
+// countFront counts the records from the front that were sent in round.
+func (q *queue) countFront(round uint64) int {
+	n := 0
+	for n < len(q.rs) && q.rs[n].round == round {
+		n++
+	}
+	return n
+}
+
+// countFailed counts the records from the front that kgo failed, rather
+// than rejected because their partition had failed.
+func (q *queue) countFailed() int {
+	n := 0
+	for n < len(q.rs) && q.rs[n].round == 0 && !errors.Is(q.rs[n].err, kgo.ErrProducePartitionFailed) {
+		n++
+	}
+	return n
+}

@@ -1,0 +1,98 @@
+package korder
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+type counter = atomic.Int64
+
+type stats struct {
+	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled counter
+}
+
+// Stats counts what the Producer did. Counts are of records unless noted.
+type Stats struct {
+	Failures     int64 // partition or topic failures kgo reported (hook calls; not those of dead-letter topics)
+	Retries      int64 // records produced again by Retry (the first record of each round)
+	Isolations   int64 // records that Isolate found failing on their own
+	DeadLettered int64 // records diverted to a dead-letter topic
+	Dropped      int64 // records dropped by Drop
+	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or quarantined when the dead-letter topic failed
+	HeldFull     int64 // records failed with ErrHeldFull (RejectWhenHeldFull)
+	Canceled     int64 // records settled with their own context's error, outside the policies
+	Quarantined  int64 // keys quarantined now
+	Held         int64 // failed and rejected records kept now, to settle or produce again
+	HeldBytes    int64 // their bytes (see MaxHeldBytes)
+
+	// HoldTime is, per topic, the total time its partitions were failed
+	// or recovering: the sum of the topic's PartitionHoldTime.
+	HoldTime map[string]time.Duration
+
+	// PartitionHoldTime is, per topic and partition, the total time the
+	// partition was failed or recovering (partition -1: the topic failed
+	// before its records were partitioned).
+	PartitionHoldTime map[string]map[int32]time.Duration
+
+	// TopicHoldTime is, per topic, the part of HoldTime spent by
+	// partition -1.
+	TopicHoldTime map[string]time.Duration
+}
+
+func (p *Producer) addHoldTime(topic string, part int32, d time.Duration) {
+	m := p.holdTime[topic]
+	if m == nil {
+		m = map[int32]time.Duration{}
+		p.holdTime[topic] = m
+	}
+	m[part] += d
+}
+
+// Stats returns a snapshot of the Producer's counters.
+func (p *Producer) Stats() Stats {
+	s := Stats{
+		Failures:          p.st.failures.Load(),
+		Retries:           p.st.retries.Load(),
+		Isolations:        p.st.isolations.Load(),
+		DeadLettered:      p.st.deadLettered.Load(),
+		Dropped:           p.st.dropped.Load(),
+		Stopped:           p.st.stopped.Load(),
+		HeldFull:          p.st.heldFull.Load(),
+		Canceled:          p.st.canceled.Load(),
+		HoldTime:          map[string]time.Duration{},
+		TopicHoldTime:     map[string]time.Duration{},
+		PartitionHoldTime: map[string]map[int32]time.Duration{},
+	}
+	add := func(topic string, part int32, d time.Duration) {
+		if s.PartitionHoldTime[topic] == nil {
+			s.PartitionHoldTime[topic] = map[int32]time.Duration{}
+		}
+		s.PartitionHoldTime[topic][part] += d
+		s.HoldTime[topic] += d
+		if part < 0 {
+			s.TopicHoldTime[topic] += d
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for topic, m := range p.holdTime {
+		for part, d := range m {
+			add(topic, part, d)
+		}
+	}
+	for _, t := range p.topics {
+		t.mu.Lock()
+		for _, pt := range t.parts {
+			pt.mu.Lock()
+			s.Held += int64(pt.q.len())
+			add(t.name, pt.id, time.Since(pt.since))
+			pt.mu.Unlock()
+		}
+		s.HeldBytes += t.heldBytes.Load()
+		t.amu.Lock()
+		s.Quarantined += int64(len(t.quarantine))
+		t.amu.Unlock()
+		t.mu.Unlock()
+	}
+	return s
+}

@@ -1,0 +1,158 @@
+package korder
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// topic is what the Producer keeps for a topic with a failed partition, a
+// quarantined key, or a hold: its partitions' state machines (partition -1
+// for a failure of the whole topic, before its records were partitioned), and
+// what makes Produce for the topic leave the no-failure path. A topic with
+// none of these is forgotten.
+//
+// Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
+type topic struct {
+	p    *Producer
+	name string
+
+	mu    sync.Mutex
+	parts map[int32]*partition
+
+	// minus is set while partition -1 exists: the topic's own failure is
+	// settled before its partitions' (the small whole-topic hold).
+	minus     atomic.Bool
+	heldBytes atomic.Int64 // what its partitions keep (MaxHeldBytes)
+
+	amu        sync.Mutex
+	blocks     int           // Isolate holds and full partitions: Produce waits
+	wake       chan struct{} // closed when blocks falls to 0
+	quarantine quarantine
+	dlTopic    map[string]string // quarantined key: its dead-letter topic
+	attn       bool              // counted in Producer.attn
+}
+
+// partitionLocked returns the state machine of partition id, made if need
+// be. Under t.mu.
+func (t *topic) partitionLocked(id int32) *partition {
+	pt := t.parts[id]
+	if pt == nil {
+		pt = newPartition(t.p, t, id)
+		t.parts[id] = pt
+		if id < 0 {
+			t.minus.Store(true)
+		}
+	}
+	return pt
+}
+
+// forget drops pt once it is healthy, and the topic once it has nothing.
+func (t *topic) forget(pt *partition) {
+	p := t.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	pt.mu.Lock()
+	idle := !pt.worker && pt.stopped == nil && !pt.failed && pt.q.len() == 0 && len(pt.inRound) == 0
+	pt.mu.Unlock()
+	if !idle || t.parts[pt.id] != pt {
+		return
+	}
+	delete(t.parts, pt.id)
+	p.addHoldTime(t.name, pt.id, time.Since(pt.since))
+	if pt.id < 0 {
+		t.minus.Store(false)
+		for _, o := range t.parts { // partitions waiting for the topic
+			o.mu.Lock()
+			o.cond.Broadcast()
+			o.mu.Unlock()
+		}
+	}
+	t.forgetLocked()
+}
+
+// forgetLocked drops the topic if it has nothing. Under p.mu and t.mu.
+func (t *topic) forgetLocked() {
+	t.amu.Lock()
+	empty := len(t.parts) == 0 && t.blocks == 0 && len(t.quarantine) == 0
+	t.amu.Unlock()
+	if empty && t.p.topics[t.name] == t {
+		delete(t.p.topics, t.name)
+	}
+}
+
+// block adds d to the topic's blocks: while there are any, Produce for the
+// topic waits.
+func (t *topic) block(d int) {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	t.blocks += d
+	if t.blocks == 0 && t.wake != nil {
+		close(t.wake)
+		t.wake = nil
+	}
+	t.setAttnLocked()
+}
+
+// setAttnLocked keeps the Producer's count of topics off the no-failure path.
+func (t *topic) setAttnLocked() {
+	attn := t.blocks > 0 || len(t.quarantine) > 0
+	if attn != t.attn {
+		t.attn = attn
+		if attn {
+			t.p.attn.Add(1)
+		} else {
+			t.p.attn.Add(-1)
+		}
+	}
+}
+
+// admit tells a Produce of the topic what to do: wait on the channel, divert
+// the record to the dead-letter topic (quarantined key), or go on.
+func (t *topic) admit(key []byte) (wait chan struct{}, dlTopic string, cause error) {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	if key != nil {
+		if cause := t.quarantine[string(key)]; cause != nil {
+			return nil, t.dlTopic[string(key)], cause
+		}
+	}
+	if t.blocks > 0 {
+		if t.wake == nil {
+			t.wake = make(chan struct{})
+		}
+		return t.wake, "", nil
+	}
+	return nil, "", nil
+}
+
+func (t *topic) quarantineRoom(key []byte) bool {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	_, ok := t.quarantine[string(key)]
+	return key == nil || ok || len(t.quarantine) < t.p.cfg.maxQuarantined
+}
+
+func (t *topic) addQuarantine(key []byte, dlTopic string, cause error) {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	if t.quarantine.add(key, cause, t.p.cfg.maxQuarantined) == nil && key != nil {
+		if t.dlTopic == nil {
+			t.dlTopic = map[string]string{}
+		}
+		t.dlTopic[string(key)] = dlTopic
+		t.setAttnLocked()
+	}
+}
+
+func (t *topic) release(key []byte) bool {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	_, ok := t.quarantine[string(key)]
+	delete(t.quarantine, string(key))
+	delete(t.dlTopic, string(key))
+	t.setAttnLocked()
+	return ok
+}
