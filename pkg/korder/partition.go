@@ -75,7 +75,7 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
 		pt.tryResumeLocked()
-		return fmt.Errorf("%w: %w", ErrStopped, pt.stopped)
+		return stoppedErr(pt.stopped)
 	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
@@ -200,13 +200,23 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	pt.mu.Lock()
 }
 
+// stoppedErr is what a stopped partition's records fail with: ErrStopped,
+// wrapping the cause if there is one (a record held back by korder, and
+// stopped before kgo failed it, has none).
+func stoppedErr(cause error) error {
+	if cause == nil {
+		return ErrStopped
+	}
+	return fmt.Errorf("%w: %w", ErrStopped, cause)
+}
+
 // stopLocked stops the partition: kgo keeps it failed, and every record of
 // it, collected or yet to come back, fails with ErrStopped.
 func (pt *partition) stopLocked(cause error) {
 	pt.stopped = cause
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
-	err := fmt.Errorf("%w: %w", ErrStopped, cause)
+	err := stoppedErr(cause)
 	for pt.q.len() > 0 {
 		pt.p.st.stopped.Add(1)
 		pt.settleLocked(pt.q.front(), err)
