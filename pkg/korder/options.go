@@ -18,7 +18,9 @@ var (
 	// ErrStopped is the error (wrapping the cause) a record's promise gets
 	// when Stop stopped its partition: the record that failed, every
 	// record of the partition after it, and every record produced to the
-	// partition until Resume.
+	// partition until Resume. A record of a quarantined key whose
+	// dead-letter write fails gets it too ("key quarantined"): its key is
+	// stopped, not its partition.
 	ErrStopped = errors.New("korder: partition stopped after a produce failure")
 
 	// ErrHeldFull is the error a record's promise gets, with

@@ -218,7 +218,8 @@ func (p *Producer) admit(pd *pending) (wait chan struct{}, err error) {
 		p.dl.divert(dlTopic, pd, func(err error) {
 			if err != nil {
 				p.st.stopped.Add(1)
-				p.finish(pd, fmt.Errorf("%w: %w", ErrStopped, err))
+				// The key is stopped, not the partition.
+				p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
 				return
 			}
 			p.st.deadLettered.Add(1)

@@ -256,8 +256,8 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 }
 
 // checkStopped (korder, outside transactions) asserts Stop's contract: no
-// record handed to korder after a record of its partition got ErrStopped,
-// and before the next Resume, is written. (A Resume is ordered before the
+// record handed to korder after a record of its partition that got
+// ErrStopped was handed to it, and before the next Resume, is written. (A Resume is ordered before the
 // call, so the check never blames a record produced during the call.)
 func (r *run) checkStopped(written func(*rec) bool) {
 	if r.rc.mode != modeKorder || r.rc.txn() {
@@ -269,7 +269,7 @@ func (r *run) checkStopped(written func(*rec) bool) {
 		}
 		for _, st := range r.parts[a.rec.part].stops {
 			if st < a.at && !slices.ContainsFunc(r.resumes, func(rs int64) bool { return st < rs && rs < a.at }) {
-				r.violate("stop", []*rec{a.rec}, "%v (attempt %d) was written, but it was handed to korder after a record of partition %d got ErrStopped, and before Resume", a.rec, a.id, a.rec.part)
+				r.violate("stop", []*rec{a.rec}, "%v (attempt %d) was written, but it was handed to korder after a record of partition %d that got ErrStopped, and before Resume", a.rec, a.id, a.rec.part)
 				break
 			}
 		}

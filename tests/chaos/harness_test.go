@@ -754,9 +754,14 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		switch {
 		case what == "" && !r.closing:
 			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
-		case what == "stopped" && !r.rc.txn():
-			r.order++
-			r.parts[rr.part].stops = append(r.parts[rr.part].stops, r.order)
+		case what == "stopped" && !r.rc.txn() && !strings.Contains(err.Error(), "key quarantined"):
+			// The window starts when the stopped record was handed to
+			// korder: Stop's contract is about records produced after
+			// it and before Resume was called. A record produced
+			// before a Resume can get ErrStopped after that Resume
+			// (korder resumes once every rejected record came back),
+			// and records handed after the Resume may be written.
+			r.parts[rr.part].stops = append(r.parts[rr.part].stops, a.at)
 			select {
 			case r.resumeCh <- struct{}{}:
 			default:
