@@ -354,3 +354,30 @@ func recoverOK(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, 
 	}
 	return out
 }
+
+// tryFlush returns try, which TryProduces records and returns their results'
+// channels, and flushOK, which flushes and fails the test if any of them
+// failed.
+func tryFlush(ctx context.Context, t *testing.T, cl *kgo.Client) (func(...*kgo.Record) []chan result, func([]chan result)) {
+	try := func(rs ...*kgo.Record) []chan result {
+		chs := make([]chan result, len(rs))
+		for i, r := range rs {
+			ch := make(chan result, 1)
+			chs[i] = ch
+			cl.TryProduce(ctx, r, func(r *kgo.Record, err error) { ch <- result{r, err} })
+		}
+		return chs
+	}
+	flushOK := func(chs []chan result) {
+		t.Helper()
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatalf("Flush: %v", err)
+		}
+		for _, r := range await(ctx, t, chs) {
+			if r.err != nil {
+				t.Fatalf("record %s: %v", r.r.Value, r.err)
+			}
+		}
+	}
+	return try, flushOK
+}

@@ -348,26 +348,7 @@ func TestUnkeyedMaxBufferedFailsAlone(t *testing.T) {
 			c := newCluster(t, 2, topic)
 			h := newFailHook()
 			cl := newClient(t, c, append([]kgo.Opt{kgo.ManualFlushing(), kgo.MaxBufferedRecords(2)}, failStopOpts(h)...)...)
-			try := func(rs ...*kgo.Record) []chan result {
-				chs := make([]chan result, len(rs))
-				for i, r := range rs {
-					ch := make(chan result, 1)
-					chs[i] = ch
-					cl.TryProduce(ctx, r, func(r *kgo.Record, err error) { ch <- result{r, err} })
-				}
-				return chs
-			}
-			flushOK := func(chs []chan result) {
-				t.Helper()
-				if err := cl.Flush(ctx); err != nil {
-					t.Fatalf("Flush: %v", err)
-				}
-				for _, r := range await(ctx, t, chs) {
-					if r.err != nil {
-						t.Fatalf("keyed record %s: %v", r.r.Value, r.err)
-					}
-				}
-			}
+			try, flushOK := tryFlush(ctx, t, cl)
 
 			seq := 0
 			if warm {
