@@ -14,11 +14,10 @@ import (
 
 // Producer is an ordered producer. It is safe for concurrent use.
 type Producer struct {
-	cl       *kgo.Client
-	cfg      config
-	decide   func(*call) act
-	carriers *carriers
-	dl       *deadLetters
+	cl     *kgo.Client
+	cfg    config
+	decide func(*call) act
+	dl     *deadLetters
 
 	defaultTopic string
 	always       bool // kgo.DefaultProduceTopicAlways
@@ -27,14 +26,18 @@ type Producer struct {
 	// The no-failure path: in numbers the records (and counts them in), out
 	// counts the promises that returned; each is written by one side only
 	// (producing goroutines, kgo's promise goroutine). attn counts what
-	// takes Produce off that path (holds, quarantines, Close) and is
-	// read-mostly.
+	// takes Produce off that path (holds, quarantines, Close) and, like
+	// ring (the carriers, see carrier.go), is read-mostly.
 	in   atomic.Uint64
 	_    [56]byte
 	out  atomic.Uint64
 	_    [56]byte
 	attn atomic.Int32
-	_    [60]byte
+	ring atomic.Pointer[carrierRing]
+	_    [48]byte
+
+	misses  atomic.Uint64 // records that found no free carrier (see missed)
+	growing atomic.Bool
 
 	closing chan struct{}
 	closed  atomic.Bool
@@ -68,7 +71,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = chain(p.cfg.policies, &p.st)
-	p.carriers = newCarriers(p.done, p.result)
+	p.ring.Store(p.newCarrierRing(minCarriers))
 	p.dl = newDeadLetters(p.cfg.policies)
 	all := append(append([]kgo.Opt(nil), kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
@@ -169,9 +172,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 
 // handoff gives a record to kgo, with a carrier for its promise.
 func (p *Producer) handoff(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64) {
-	c := p.carriers.claim()
-	c.pd = pending{seq: seq, ctx: ctx, r: r, promise: promise}
-	p.cl.Produce(ctx, r, c.done)
+	p.carry(ctx, r, promise, seq)
 }
 
 // produceSlow is Produce while something takes it off the no-failure path.
