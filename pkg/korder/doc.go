@@ -67,6 +67,7 @@
 // While nothing is wrong, Produce takes no lock and allocates nothing per
 // record: a sequence number (an atomic add on a counter only producing
 // goroutines write), a load of one read-mostly word, and a carrier for the
-// promise from a sync.Pool, which shrinks when the garbage collector runs. kgo's promise goroutine frees the carrier and counts the
-// record out on a counter only it writes.
+// promise from a ring indexed by the sequence number, claimed with a
+// compare-and-swap (carrier.go). kgo's promise goroutine frees the carrier
+// and counts the record out on a counter only it writes.
 package korder

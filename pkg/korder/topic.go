@@ -61,6 +61,7 @@ func (t *topic) forget(pt *partition) {
 		return
 	}
 	delete(t.parts, pt.id)
+	p.lastRejection.Store(nil) // nor keep a recovered failure's error
 	p.addHoldTime(t.name, pt.id, time.Since(pt.since))
 	if pt.id < 0 {
 		t.minus.Store(false)
