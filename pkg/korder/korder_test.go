@@ -611,7 +611,6 @@ func TestRejectedBeforeHook(t *testing.T) {
 		opts []korder.Opt
 	}{
 		{"partition", nil},
-		{"topic", []korder.Opt{korder.TopicHolds()}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			ctx := testCtx(t)

@@ -20,9 +20,8 @@ import (
 // The policy matrix: every scenario below runs under every policy set, with
 // per-partition holds (the Producer's default with the ManualPartitioner
 // that newProducer sets), with per-partition holds learned from kgo (kgo's
-// default partitioner, keyed records) and with per-topic holds
-// (TopicHolds), and every run is checked record by record against the
-// guarantee (checkRun).
+// default partitioner, keyed records), and every run is checked record by
+// record against the guarantee (checkRun).
 
 type matrixMode struct {
 	name         string
@@ -35,7 +34,6 @@ type matrixMode struct {
 var (
 	partitionHolds = matrixMode{name: "partition", perPartition: true}
 	learnedHolds   = matrixMode{name: "learned", kopts: []kgo.Opt{defaultPartitioner()}, perPartition: true, learned: true}
-	topicHolds     = matrixMode{name: "topic", opts: []korder.Opt{korder.TopicHolds()}}
 	matrixModes    = []matrixMode{partitionHolds, learnedHolds}
 )
 

@@ -43,10 +43,6 @@ const DefaultMaxHeldBytes = 64 << 20
 // DefaultMaxQuarantinedKeys is the default of MaxQuarantinedKeys: 10000.
 const DefaultMaxQuarantinedKeys = 10000
 
-// DefaultStallAfter was the default of StallAfter: 100ms. StallAfter has no
-// effect any more.
-const DefaultStallAfter = 100 * time.Millisecond
-
 type config struct {
 	policies       []Policy
 	maxHeld        int // per partition; 0: no bound
@@ -150,15 +146,3 @@ func MaxQuarantinedKeys(n int) Opt {
 func RejectWhenHeldFull() Opt {
 	return func(c *config) { c.rejectWhenFull = true }
 }
-
-// TopicHolds has no effect: holds are per partition with any partitioner.
-//
-// Deprecated: kgo's RecoverProducePartition makes per-partition holds exact
-// with every partitioner.
-func TopicHolds() Opt { return func(*config) {} }
-
-// StallAfter has no effect.
-//
-// Deprecated: a partition that makes no progress is kgo's to bound; the
-// Producer no longer computes partitions itself.
-func StallAfter(time.Duration) Opt { return func(*config) {} }
