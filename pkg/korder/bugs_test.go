@@ -328,3 +328,56 @@ func TestNoTopicIsAUsageError(t *testing.T) {
 		t.Fatal("Drop().QuarantineKeys() accepted")
 	}
 }
+
+// A record produced after Resume is produced, even while records that kgo
+// rejected before the Resume have not all come back (so that kgo still has
+// the partition failed, and rejects it too): only records produced before
+// Resume fail with ErrStopped. Found by the chaos suite's Stop check (seed
+// 1045, idempotent/korder-retry): korder stopped the record produced after
+// the Resume, and the records produced after it were written.
+//
+// The test holds kgo's promise goroutine in the promise of a record of
+// another partition, so that the promise of R, rejected while the partition
+// is stopped, cannot come back before Resume and S are done.
+func TestRecordProducedAfterResumeIsProduced(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Stop()))
+	if err := produceSync(ctx, p, rec(0, "x", 0)); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("x-0: got %v, want ErrStopped", err)
+	}
+	h.Remove()
+
+	// Hold kgo's promise goroutine.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps := newPromises()
+	afn := ps.fn()
+	p.Produce(ctx, rec(1, "a", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		afn(r, err)
+	})
+	waitOn(ctx, t, blocked, "a-0's promise")
+
+	r, s := rec(0, "r", 0), rec(0, "s", 0)
+	p.Produce(ctx, r, ps.fn()) // rejected by kgo, its promise held
+	p.Resume(topic)
+	p.Produce(ctx, s, ps.fn()) // produced after Resume
+	close(release)
+	ps.wait(ctx, t)
+	errs := ps.check(t)
+	if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
+		t.Errorf("r-0, produced before Resume: got %v, want ErrStopped", err)
+	}
+	if err := errs[s]; err != nil {
+		t.Errorf("s-0, produced after Resume: got %v, want it written", err)
+	}
+	if err := produceSync(ctx, p, rec(0, "s", 1)); err != nil {
+		t.Fatalf("s-1: %v", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"s-0", "s-1"})
+}

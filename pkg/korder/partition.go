@@ -35,14 +35,15 @@ type partition struct {
 	mu        sync.Mutex
 	cond      sync.Cond
 	q         queue
-	seen      int   // records of kgo's current failure of the partition received
-	failed    bool  // kgo has the partition failed
-	organic   bool  // a record that the failure itself failed (not rejected) came back
-	stopped   error // Stop's cause: records that come back fail with ErrStopped
-	resume    bool  // Resume was asked while records kgo rejected were missing
-	worker    bool  // the worker goroutine runs
-	holding   bool  // the worker holds the topic: records missing under load
-	full      bool  // at MaxHeld (the topic's full count includes it)
+	seen      int    // records of kgo's current failure of the partition received
+	failed    bool   // kgo has the partition failed
+	organic   bool   // a record that the failure itself failed (not rejected) came back
+	stopped   error  // Stop's cause: records that come back fail with ErrStopped
+	resumed   uint64 // after Resume until recovered: records up to this seq that come back are stopped
+	stopCause error  // the cause of the Stop that Resume ended
+	worker    bool   // the worker goroutine runs
+	holding   bool   // the worker holds the topic: records missing under load
+	full      bool   // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
 	round     uint64 // the last round sent
 	failedRd  bool   // a record of the last round failed
@@ -74,8 +75,11 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
-		pt.tryResumeLocked()
 		return stoppedErr(pt.stopped)
+	case pd.seq <= pt.resumed:
+		// Produced before Resume: stopped.
+		pt.p.st.stopped.Add(1)
+		return stoppedErr(pt.stopCause)
 	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
@@ -293,7 +297,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		return err
 	}
 	pt.seen, pt.settled, pt.failed = 0, false, keep
-	pt.releaseLocked() // nothing is missing any more
+	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
+	pt.releaseLocked()                // nothing is missing any more
 	if !keep {
 		pt.organic = false
 	}
@@ -386,15 +391,18 @@ func (pt *partition) releaseLocked() {
 	}
 }
 
-// tryResumeLocked ends a Stop once kgo agrees that every record it failed or
-// rejected came back.
-func (pt *partition) tryResumeLocked() {
-	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) != nil {
-		return
-	}
-	pt.stopped, pt.resume, pt.failed, pt.organic, pt.seen = nil, false, false, false, 0
+// resumeLocked ends a Stop: the records produced up to seq (before Resume)
+// still fail with ErrStopped when they come back; those produced after it,
+// which kgo rejects until its failure is recovered, are kept, and the worker
+// recovers the partition with them, in order, once all of those came back.
+func (pt *partition) resumeLocked(seq uint64) {
+	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
+	// Whatever is kept from now on was rejected because of the Stop, not
+	// for a fault of its own: it goes whole, past the policies.
+	pt.settled, pt.organic = true, true
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	pt.startLocked() // it ends at once, and forgets the partition
+	pt.startLocked()
+	pt.cond.Broadcast()
 }
 
 // The partition is its policies' stepEnv.
