@@ -3,6 +3,7 @@ package korder_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -380,4 +381,71 @@ func TestRecordProducedAfterResumeIsProduced(t *testing.T) {
 		t.Fatalf("s-1: %v", err)
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"s-0", "s-1"})
+}
+
+// A Retry of a record too large for a batch fails inside kgo's
+// RecoverProducePartition (kgo fails it as it buffers it, keeping the
+// partition failed): the records after it must wait for it to be settled,
+// and with Stop after Retry they fail with ErrStopped, none written. Found by
+// the chaos suite's Stop check (seed 1045, idempotent/korder-retry).
+func TestRetryOfRecordTooLargeKeepsTheRestBehind(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	p := newProducer(t, c, []kgo.Opt{kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Retry(3, 0), korder.Stop()))
+	if err := produceSync(ctx, p, rec(0, "w", 0)); err != nil {
+		t.Fatal(err)
+	}
+	ps := newPromises()
+	jumbo := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("j"), Value: []byte(strings.Repeat("J", 2<<10))}
+	p.Produce(ctx, jumbo, ps.fn())
+	for i := range 5 {
+		p.Produce(ctx, rec(0, "a", i), ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("%.8s: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"w-0"})
+}
+
+// A Resume while the Stop is still failing the partition's records (here:
+// from the promise of the record that failed, which the Stop calls) ends the
+// Stop for the records produced after it, even those that come back while
+// the Stop goes on: S, produced after Resume and rejected by kgo meanwhile,
+// is written. Found by the chaos suite's Stop check (seed 1193,
+// idempotent/korder-stop): the Stop failed every record it found kept, S
+// too, and the records produced after S were written.
+func TestResumeDuringStopKeepsLaterRecords(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Stop()))
+	ps := newPromises()
+	s, sfn, xDone := rec(0, "s", 0), ps.fn(), ps.fn()
+	p.Produce(ctx, rec(0, "x", 0), func(r *kgo.Record, err error) {
+		defer xDone(r, err)
+		if !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("x-0: got %v, want ErrStopped", err)
+		}
+		p.Resume(topic)
+		// S is rejected (kgo has the partition failed until x-0's
+		// recovery) and comes back before T's promise runs: kgo
+		// calls promises in order, on one goroutine.
+		tDone := make(chan struct{})
+		go func() {
+			p.Produce(ctx, s, sfn)
+			p.Produce(ctx, rec(1, "t", 0), func(*kgo.Record, error) { close(tDone) })
+		}()
+		select {
+		case <-tDone:
+		case <-ctx.Done():
+		}
+	})
+	ps.wait(ctx, t)
+	if err := ps.check(t)[s]; err != nil {
+		t.Errorf("s-0, produced after Resume: got %v, want it written", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"s-0"})
 }

@@ -221,9 +221,19 @@ func (pt *partition) stopLocked(cause error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
 	err := stoppedErr(cause)
-	for pt.q.len() > 0 {
+	// Only the records kept now: the lock is released for each promise,
+	// and a Resume meanwhile keeps the records produced after it that come
+	// back (arriveLocked).
+	rs := pt.q.all()
+	for _, pd := range rs {
+		pt.t.heldBytes.Add(-pd.size())
+	}
+	pt.checkFullLocked()
+	for _, pd := range rs {
 		pt.p.st.stopped.Add(1)
-		pt.settleLocked(pt.q.front(), err)
+		pt.mu.Unlock()
+		pt.p.finish(pd, err)
+		pt.mu.Lock()
 	}
 }
 
