@@ -449,3 +449,80 @@ func TestResumeDuringStopKeepsLaterRecords(t *testing.T) {
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"s-0"})
 }
+
+// A transaction abort recovers every failed partition in kgo, behind the
+// Producer's back, and kgo's count of failed or rejected records restarts
+// with the partition's next failure. The Producer must count afresh too: with
+// the stale count, a Resume recovered the partition before the records
+// rejected in the new transaction came back, and those then hung (kgo refused
+// to recover a partition that was not failed any more) or reached their
+// promise as plain kgo errors. Found by the chaos suite (transactional
+// korder-deadletter seed 51, korder-drop seed 1258).
+func TestAbortRestartsTheCount(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-abort"), kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Stop()))
+	cl := p.Client()
+	jumbo := func(v string) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(v), Value: []byte(strings.Repeat(v, 2<<10))}
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 1: J fails its partition, three records are rejected
+	// behind it, all stopped; the transaction cannot commit, and aborts.
+	ps := newPromises()
+	p.Produce(ctx, jumbo("J"), ps.fn())
+	for i := range 3 {
+		p.Produce(ctx, rec(0, "r", i), ps.fn())
+	}
+	ps.wait(ctx, t)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Fatal("transaction 1 committed although its partition failed")
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 2: K fails the partition again (still stopped: no
+	// Resume yet); A and B are rejected, their promises held in kgo
+	// while Resume is called.
+	if err := produceSync(ctx, p, jumbo("K")); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("K: got %v, want ErrStopped", err)
+	}
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps = newPromises()
+	hfn := ps.fn()
+	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		hfn(r, err)
+	})
+	waitOn(ctx, t, blocked, "h-0's promise")
+	a, b := rec(0, "a", 0), rec(0, "b", 0)
+	p.Produce(ctx, a, ps.fn())
+	p.Produce(ctx, b, ps.fn())
+	p.Resume(topic)
+	close(release)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ps.wait(wctx, t)
+	errs := ps.check(t)
+	for _, r := range []*kgo.Record{a, b} {
+		if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("%s, produced before Resume: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	// After Resume, the partition takes records again.
+	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
+		t.Errorf("c-0, produced after Resume: %v", err)
+	}
+}

@@ -401,11 +401,27 @@ func (pt *partition) releaseLocked() {
 	}
 }
 
+// newFailureLocked forgets what the partition knew of a failure that kgo
+// recovered by itself: a transaction abort recovers every failed partition,
+// and kgo's count of failed and rejected records starts again with the next
+// failure. The records kept, if any, stay in order before the new ones.
+func (pt *partition) newFailureLocked() {
+	pt.seen, pt.organic, pt.settled, pt.suspectRd = 0, false, false, 0
+}
+
 // resumeLocked ends a Stop: the records produced up to seq (before Resume)
 // still fail with ErrStopped when they come back; those produced after it,
 // which kgo rejects until its failure is recovered, are kept, and the worker
 // recovers the partition with them, in order, once all of those came back.
 func (pt *partition) resumeLocked(seq uint64) {
+	if pt.q.len() == 0 && len(pt.inRound) == 0 && recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) == nil {
+		// Every record kgo failed or rejected came back: kgo resumes
+		// the partition now.
+		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0
+		pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
+		pt.startLocked() // it ends at once, and forgets the partition
+		return
+	}
 	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
 	// Whatever is kept from now on was rejected because of the Stop, not
 	// for a fault of its own: it goes whole, past the policies.
