@@ -526,3 +526,56 @@ func TestAbortRestartsTheCount(t *testing.T) {
 		t.Errorf("c-0, produced after Resume: %v", err)
 	}
 }
+
+// A failure that fails no partition in kgo (here: the transactional
+// producer ID failed, and kgo fails every buffered record without failing
+// their partitions) reaches the promise as kgo's error, even for records the
+// Producer was producing again for a failed partition: they must not be kept
+// for a recovery kgo will refuse (the partition is not failed), which hung
+// them, Flush, and the transaction. Found by the chaos suite
+// (transactional/korder-drop seed 1258).
+func TestFailureOfNoPartitionIsNotKept(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	hook, failed := failedHook()
+	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-fatal"), hook}, korder.WithPolicies(korder.Drop()))
+	cl := p.Client()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Hold kgo's promise goroutine so that A's failure comes back only
+	// once B and C were rejected behind it.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps := newPromises()
+	hfn := ps.fn()
+	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		hfn(r, err)
+	})
+	waitOn(ctx, t, blocked, "h-0's promise")
+	a := rec(0, "a", 0)
+	p.Produce(ctx, a, ps.fn())
+	waitOn(ctx, t, failed, "partition 0's failure")
+	p.Produce(ctx, rec(0, "b", 0), ps.fn()) // rejected
+	p.Produce(ctx, rec(0, "c", 0), ps.fn())
+	close(release)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ps.wait(wctx, t)
+	if err := p.Flush(wctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for r, err := range ps.check(t) {
+		if r == a && !errors.Is(err, korder.ErrDropped) {
+			t.Errorf("a-0: got %v, want ErrDropped", err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+}

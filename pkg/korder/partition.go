@@ -62,10 +62,17 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
+	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+	if !rejected && !pt.failed && !pt.failedInKgoLocked() {
+		// kgo failed the record without failing its partition (a
+		// fatal producer ID error, an abort, a purge): it does not
+		// count it, and would refuse a recovery with it. As for a
+		// healthy partition, it goes to its promise.
+		return err
+	}
 	pd.err = err
 	pt.seen++
 	pt.failed = true
-	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
 	if !rejected {
 		pt.organic = true
 	}
@@ -89,6 +96,14 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
+}
+
+// failedInKgoLocked asks kgo whether it has the partition failed. The
+// Producer learns of every failure from the hook, before the failure's
+// records come back, except of a record of a recovery that kgo fails as it
+// buffers it (too large): kgo then keeps the partition failed, with no hook.
+func (pt *partition) failedInKgoLocked() bool {
+	return recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil) != nil
 }
 
 func (pt *partition) atBoundLocked() bool {
