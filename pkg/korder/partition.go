@@ -416,14 +416,6 @@ func (pt *partition) releaseLocked() {
 	}
 }
 
-// newFailureLocked forgets what the partition knew of a failure that kgo
-// recovered by itself: a transaction abort recovers every failed partition,
-// and kgo's count of failed and rejected records starts again with the next
-// failure. The records kept, if any, stay in order before the new ones.
-func (pt *partition) newFailureLocked() {
-	pt.seen, pt.organic, pt.settled, pt.suspectRd = 0, false, false, 0
-}
-
 // resumeLocked ends a Stop: the records produced up to seq (before Resume)
 // still fail with ErrStopped when they come back; those produced after it,
 // which kgo rejects until its failure is recovered, are kept, and the worker

@@ -100,12 +100,6 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	p.st.failures.Add(1)
 	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
 	pt := p.lockPartition(topic, partition, true, false)
-	if pt.failed {
-		// kgo recovered the partition without us (a transaction
-		// abort) and failed it again: what kgo counts restarts, and
-		// the failure's own records go through the policies.
-		pt.newFailureLocked()
-	}
 	pt.failed = true
 	pt.startLocked()
 	pt.mu.Unlock()

@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/pprof"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -277,6 +279,19 @@ func (h unbufferedHook) OnProduceRecordUnbuffered(kr *kgo.Record, err error) {
 		}
 		r.hist.add(evLog, rr, nil, rr.part, fmt.Sprintf("kgo failed it: %v", err))
 	}
+}
+
+// failsNoPartition reports whether err is one that kgo fails records with
+// without failing their partition, in a transaction: a fatal producer ID
+// error (every buffered record fails with it), or an abort. korder passes
+// such failures to the promise as they are.
+func failsNoPartition(err error) bool {
+	for _, e := range []error{kerr.OutOfOrderSequenceNumber, kerr.UnknownProducerID, kerr.InvalidProducerIDMapping, kerr.InvalidProducerEpoch, kerr.ProducerFenced, kerr.TransactionAbortable, kgo.ErrAborting} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // doomTxn marks the current transaction as unable to commit and wakes the
@@ -766,6 +781,12 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		rr.hard++
 		what := korderOutcome(err)
 		switch {
+		case what == "" && r.rc.txn() && failsNoPartition(err):
+			// kgo failed it without failing its partition (the
+			// producer ID failed): korder passes such a failure
+			// through. The transaction cannot commit.
+			r.txnFailed = true
+			r.doomTxn()
 		case what == "" && !r.closing:
 			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
 		case what == "stopped" && !r.rc.txn() && !strings.Contains(err.Error(), "key quarantined"):
