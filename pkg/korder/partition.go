@@ -63,11 +63,13 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
-	if !rejected && !pt.failed && !pt.failedInKgoLocked() {
+	if !pt.failed && !pt.failedInKgoLocked() {
 		// kgo failed the record without failing its partition (a
-		// fatal producer ID error, an abort, a purge): it does not
-		// count it, and would refuse a recovery with it. As for a
-		// healthy partition, it goes to its promise.
+		// fatal producer ID error, an abort, a purge), or rejected it
+		// for a failure that kgo recovered since by itself (a
+		// transaction abort): it does not count it, and would refuse
+		// a recovery with it. As for a healthy partition, it goes to
+		// its promise.
 		return err
 	}
 	pd.err = err
@@ -294,10 +296,29 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if err == nil {
 			return
 		}
+		if strings.HasSuffix(err.Error(), "it is not failed") {
+			pt.unprotectedLocked()
+			return
+		}
 		if debugRefusals {
 			println("korder debug: refused", refused, err.Error(), "seen", pt.seen, "q", pt.q.len())
 		}
 		pt.cond.Wait()
+	}
+}
+
+// unprotectedLocked settles the kept records, each with the error kgo failed
+// it with, once kgo refuses to recover the partition because it is not
+// failed: kgo recovered it by itself (a transaction abort recovers every
+// failed partition; a purge), so nothing orders the records against those
+// produced since, and they belong to what was aborted or purged.
+func (pt *partition) unprotectedLocked() {
+	pt.p.logf(kgo.LogLevelWarn, "korder: partition recovered outside the Producer (transaction abort?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len())
+	pt.failed, pt.seen, pt.organic, pt.settled, pt.suspectRd = false, 0, false, false, 0
+	pt.releaseLocked()
+	for pt.q.len() > 0 {
+		pd := pt.q.front()
+		pt.settleLocked(pd, pd.err)
 	}
 }
 
