@@ -3,6 +3,8 @@ package korder_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,5 +334,269 @@ func TestNoTopicIsAUsageError(t *testing.T) {
 	}
 	if _, err := korder.NewProducer(nil, korder.WithPolicies(korder.Drop().QuarantineKeys())); err == nil {
 		t.Fatal("Drop().QuarantineKeys() accepted")
+	}
+}
+
+// A record produced after Resume is produced, even while records that kgo
+// rejected before the Resume have not all come back (so that kgo still has
+// the partition failed, and rejects it too): only records produced before
+// Resume fail with ErrStopped. Found by the chaos suite's Stop check (seed
+// 1045, idempotent/korder-retry): korder stopped the record produced after
+// the Resume, and the records produced after it were written.
+//
+// The test holds kgo's promise goroutine in the promise of a record of
+// another partition, so that the promise of R, rejected while the partition
+// is stopped, cannot come back before Resume and S are done.
+func TestRecordProducedAfterResumeIsProduced(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Stop()))
+	if err := produceSync(ctx, p, rec(0, "x", 0)); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("x-0: got %v, want ErrStopped", err)
+	}
+	h.Remove()
+
+	// Hold kgo's promise goroutine.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps := newPromises()
+	afn := ps.fn()
+	p.Produce(ctx, rec(1, "a", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		afn(r, err)
+	})
+	waitOn(ctx, t, blocked, "a-0's promise")
+
+	r, s := rec(0, "r", 0), rec(0, "s", 0)
+	p.Produce(ctx, r, ps.fn()) // rejected by kgo, its promise held
+	p.Resume(topic)
+	p.Produce(ctx, s, ps.fn()) // produced after Resume
+	close(release)
+	ps.wait(ctx, t)
+	errs := ps.check(t)
+	if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
+		t.Errorf("r-0, produced before Resume: got %v, want ErrStopped", err)
+	}
+	if err := errs[s]; err != nil {
+		t.Errorf("s-0, produced after Resume: got %v, want it written", err)
+	}
+	if err := produceSync(ctx, p, rec(0, "s", 1)); err != nil {
+		t.Fatalf("s-1: %v", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"s-0", "s-1"})
+}
+
+// A Retry of a record too large for a batch fails inside kgo's
+// RecoverProducePartition (kgo fails it as it buffers it, keeping the
+// partition failed): the records after it must wait for it to be settled,
+// and with Stop after Retry they fail with ErrStopped, none written. (A
+// guard written while looking for the cause of chaos seed 1045, which is
+// TestTooLargeInARecoveryKeepsTheRestBehind's.)
+func TestRetryOfRecordTooLargeKeepsTheRestBehind(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	p := newProducer(t, c, []kgo.Opt{kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Retry(3, 0), korder.Stop()))
+	if err := produceSync(ctx, p, rec(0, "w", 0)); err != nil {
+		t.Fatal(err)
+	}
+	ps := newPromises()
+	jumbo := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("j"), Value: []byte(strings.Repeat("J", 2<<10))}
+	p.Produce(ctx, jumbo, ps.fn())
+	for i := range 5 {
+		p.Produce(ctx, rec(0, "a", i), ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("%.8s: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"w-0"})
+}
+
+// A Resume while the Stop is still failing the partition's records (here:
+// from the promise of the record that failed, which the Stop calls) ends the
+// Stop for the records produced after it, even those that come back while
+// the Stop goes on: S, produced after Resume and rejected by kgo meanwhile,
+// is written. Found by the chaos suite's Stop check (seed 1193,
+// idempotent/korder-stop): the Stop failed every record it found kept, S
+// too, and the records produced after S were written.
+func TestResumeDuringStopKeepsLaterRecords(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Stop()))
+	ps := newPromises()
+	s, sfn, xDone := rec(0, "s", 0), ps.fn(), ps.fn()
+	p.Produce(ctx, rec(0, "x", 0), func(r *kgo.Record, err error) {
+		defer xDone(r, err)
+		if !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("x-0: got %v, want ErrStopped", err)
+		}
+		p.Resume(topic)
+		// S is rejected (kgo has the partition failed until x-0's
+		// recovery) and comes back before T's promise runs: kgo
+		// calls promises in order, on one goroutine.
+		tDone := make(chan struct{})
+		go func() {
+			p.Produce(ctx, s, sfn)
+			p.Produce(ctx, rec(1, "t", 0), func(*kgo.Record, error) { close(tDone) })
+		}()
+		select {
+		case <-tDone:
+		case <-ctx.Done():
+		}
+	})
+	ps.wait(ctx, t)
+	if err := ps.check(t)[s]; err != nil {
+		t.Errorf("s-0, produced after Resume: got %v, want it written", err)
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"s-0"})
+}
+
+// A transaction abort recovers every failed partition in kgo, behind the
+// Producer's back, and kgo's count of failed or rejected records restarts
+// with the partition's next failure. The Producer should count afresh too:
+// with the stale count of a stopped partition, a Resume recovers the
+// partition before the records rejected in the new transaction came back,
+// and those then hang (kgo refuses to recover a partition that is not failed
+// any more). Open, as on main: found while looking into chaos seed 51.
+func TestAbortRestartsTheCount(t *testing.T) {
+	if os.Getenv("KORDER_OPEN_ABORT_COUNT") == "" {
+		t.Skip("open: the Producer cannot tell a kgo failure after an abort from the one it knew (resetting the count in the hook races with rejections that kgo promises before it calls the hook); A and B fail with their rejection, not ErrStopped (TestAbortDoesNotHangKeptRecords); set KORDER_OPEN_ABORT_COUNT=1 to run")
+	}
+	testAbortCount(t, true)
+}
+
+// With the stale count of TestAbortRestartsTheCount, the records rejected
+// in the new transaction come back after the Producer recovered the
+// partition: kgo refuses to recover a partition it does not have failed, and
+// the Producer fails them with their own error instead of keeping them
+// forever (they hung, and with them Flush and the transaction).
+func TestAbortDoesNotHangKeptRecords(t *testing.T) { testAbortCount(t, false) }
+
+func testAbortCount(t *testing.T, stopped bool) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-abort"), kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Stop()))
+	cl := p.Client()
+	jumbo := func(v string) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(v), Value: []byte(strings.Repeat(v, 2<<10))}
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 1: J fails its partition, three records are rejected
+	// behind it, all stopped; the transaction cannot commit, and aborts.
+	ps := newPromises()
+	p.Produce(ctx, jumbo("J"), ps.fn())
+	for i := range 3 {
+		p.Produce(ctx, rec(0, "r", i), ps.fn())
+	}
+	ps.wait(ctx, t)
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
+		t.Fatal("transaction 1 committed although its partition failed")
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 2: K fails the partition again (still stopped: no
+	// Resume yet); A and B are rejected, their promises held in kgo
+	// while Resume is called.
+	if err := produceSync(ctx, p, jumbo("K")); !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("K: got %v, want ErrStopped", err)
+	}
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps = newPromises()
+	hfn := ps.fn()
+	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		hfn(r, err)
+	})
+	waitOn(ctx, t, blocked, "h-0's promise")
+	a, b := rec(0, "a", 0), rec(0, "b", 0)
+	p.Produce(ctx, a, ps.fn())
+	p.Produce(ctx, b, ps.fn())
+	p.Resume(topic)
+	close(release)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ps.wait(wctx, t)
+	errs := ps.check(t)
+	for _, r := range []*kgo.Record{a, b} {
+		if err := errs[r]; stopped && !errors.Is(err, korder.ErrStopped) || err == nil {
+			t.Errorf("%s, produced before Resume: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	// After Resume, the partition takes records again.
+	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
+		t.Errorf("c-0, produced after Resume: %v", err)
+	}
+}
+
+// A failure that fails no partition in kgo (here: the transactional
+// producer ID failed, and kgo fails every buffered record without failing
+// their partitions) reaches the promise as kgo's error, even for records the
+// Producer was producing again for a failed partition: they must not be kept
+// for a recovery kgo will refuse (the partition is not failed), which hung
+// them, Flush, and the transaction. Found by the chaos suite
+// (transactional/korder-drop seed 1258).
+func TestFailureOfNoPartitionIsNotKept(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.OutOfOrderSequenceNumber})
+	hook, failed := failedHook()
+	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-fatal"), hook}, korder.WithPolicies(korder.Drop()))
+	cl := p.Client()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Hold kgo's promise goroutine so that A's failure comes back only
+	// once B and C were rejected behind it.
+	blocked, release := make(chan struct{}), make(chan struct{})
+	ps := newPromises()
+	hfn := ps.fn()
+	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		hfn(r, err)
+	})
+	waitOn(ctx, t, blocked, "h-0's promise")
+	a := rec(0, "a", 0)
+	p.Produce(ctx, a, ps.fn())
+	waitOn(ctx, t, failed, "partition 0's failure")
+	p.Produce(ctx, rec(0, "b", 0), ps.fn()) // rejected
+	p.Produce(ctx, rec(0, "c", 0), ps.fn())
+	close(release)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ps.wait(wctx, t)
+	if err := p.Flush(wctx); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	for r, err := range ps.check(t) {
+		if r == a && !errors.Is(err, korder.ErrDropped) {
+			t.Errorf("a-0: got %v, want ErrDropped", err)
+		}
+	}
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -35,14 +35,15 @@ type partition struct {
 	mu        sync.Mutex
 	cond      sync.Cond
 	q         queue
-	seen      int   // records of kgo's current failure of the partition received
-	failed    bool  // kgo has the partition failed
-	organic   bool  // a record that the failure itself failed (not rejected) came back
-	stopped   error // Stop's cause: records that come back fail with ErrStopped
-	resume    bool  // Resume was asked while records kgo rejected were missing
-	worker    bool  // the worker goroutine runs
-	holding   bool  // the worker holds the topic: records missing under load
-	full      bool  // at MaxHeld (the topic's full count includes it)
+	seen      int    // records of kgo's current failure of the partition received
+	failed    bool   // kgo has the partition failed
+	organic   bool   // a record that the failure itself failed (not rejected) came back
+	stopped   error  // Stop's cause: records that come back fail with ErrStopped
+	resumed   uint64 // after Resume until recovered: records up to this seq that come back are stopped
+	stopCause error  // the cause of the Stop that Resume ended
+	worker    bool   // the worker goroutine runs
+	holding   bool   // the worker holds the topic: records missing under load
+	full      bool   // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
 	round     uint64 // the last round sent
 	failedRd  bool   // a record of the last round failed
@@ -61,10 +62,19 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
+	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+	if !pt.failed && !pt.failedInKgoLocked() {
+		// kgo failed the record without failing its partition (a
+		// fatal producer ID error, an abort, a purge), or rejected it
+		// for a failure that kgo recovered since by itself (a
+		// transaction abort): it does not count it, and would refuse
+		// a recovery with it. As for a healthy partition, it goes to
+		// its promise.
+		return err
+	}
 	pd.err = err
 	pt.seen++
 	pt.failed = true
-	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
 	if !rejected {
 		pt.organic = true
 	}
@@ -74,8 +84,11 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
-		pt.tryResumeLocked()
 		return stoppedErr(pt.stopped)
+	case pd.seq <= pt.resumed:
+		// Produced before Resume: stopped.
+		pt.p.st.stopped.Add(1)
+		return stoppedErr(pt.stopCause)
 	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
@@ -85,6 +98,14 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
+}
+
+// failedInKgoLocked asks kgo whether it has the partition failed. The
+// Producer learns of every failure from the hook, before the failure's
+// records come back, except of a record of a recovery that kgo fails as it
+// buffers it (too large): kgo then keeps the partition failed, with no hook.
+func (pt *partition) failedInKgoLocked() bool {
+	return recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil) != nil
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -217,9 +238,19 @@ func (pt *partition) stopLocked(cause error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
 	err := stoppedErr(cause)
-	for pt.q.len() > 0 {
+	// Only the records kept now: the lock is released for each promise,
+	// and a Resume meanwhile keeps the records produced after it that come
+	// back (arriveLocked).
+	rs := pt.q.all()
+	for _, pd := range rs {
+		pt.t.heldBytes.Add(-pd.size())
+	}
+	pt.checkFullLocked()
+	for _, pd := range rs {
 		pt.p.st.stopped.Add(1)
-		pt.settleLocked(pt.q.front(), err)
+		pt.mu.Unlock()
+		pt.p.finish(pd, err)
+		pt.mu.Lock()
 	}
 }
 
@@ -265,10 +296,29 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if err == nil {
 			return
 		}
+		if strings.HasSuffix(err.Error(), "it is not failed") {
+			pt.unprotectedLocked()
+			return
+		}
 		if debugRefusals {
 			println("korder debug: refused", refused, err.Error(), "seen", pt.seen, "q", pt.q.len())
 		}
 		pt.cond.Wait()
+	}
+}
+
+// unprotectedLocked settles the kept records, each with the error kgo failed
+// it with, once kgo refuses to recover the partition because it is not
+// failed: kgo recovered it by itself (a transaction abort recovers every
+// failed partition; a purge), so nothing orders the records against those
+// produced since, and they belong to what was aborted or purged.
+func (pt *partition) unprotectedLocked() {
+	pt.p.logf(kgo.LogLevelWarn, "korder: partition recovered outside the Producer (transaction abort?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len())
+	pt.failed, pt.seen, pt.organic, pt.settled, pt.suspectRd = false, 0, false, false, 0
+	pt.releaseLocked()
+	for pt.q.len() > 0 {
+		pd := pt.q.front()
+		pt.settleLocked(pd, pd.err)
 	}
 }
 
@@ -293,7 +343,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		return err
 	}
 	pt.seen, pt.settled, pt.failed = 0, false, keep
-	pt.releaseLocked() // nothing is missing any more
+	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
+	pt.releaseLocked()                // nothing is missing any more
 	if !keep {
 		pt.organic = false
 	}
@@ -386,15 +437,26 @@ func (pt *partition) releaseLocked() {
 	}
 }
 
-// tryResumeLocked ends a Stop once kgo agrees that every record it failed or
-// rejected came back.
-func (pt *partition) tryResumeLocked() {
-	if !pt.resume || recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) != nil {
+// resumeLocked ends a Stop: the records produced up to seq (before Resume)
+// still fail with ErrStopped when they come back; those produced after it,
+// which kgo rejects until its failure is recovered, are kept, and the worker
+// recovers the partition with them, in order, once all of those came back.
+func (pt *partition) resumeLocked(seq uint64) {
+	if pt.q.len() == 0 && len(pt.inRound) == 0 && recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) == nil {
+		// Every record kgo failed or rejected came back: kgo resumes
+		// the partition now.
+		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0
+		pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
+		pt.startLocked() // it ends at once, and forgets the partition
 		return
 	}
-	pt.stopped, pt.resume, pt.failed, pt.organic, pt.seen = nil, false, false, false, 0
+	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
+	// Whatever is kept from now on was rejected because of the Stop, not
+	// for a fault of its own: it goes whole, past the policies.
+	pt.settled, pt.organic = true, true
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	pt.startLocked() // it ends at once, and forgets the partition
+	pt.startLocked()
+	pt.cond.Broadcast()
 }
 
 // The partition is its policies' stepEnv.

@@ -106,7 +106,10 @@ func Drop() Policy { return Policy{kind: policyDrop} }
 // Stop fails the record and stops its partition: the record, every record of
 // the partition after it, and every record produced to the partition until
 // Producer.Resume fail with an error wrapping ErrStopped and the cause, and
-// nothing more is written to the partition (kgo keeps it failed).
+// nothing more is written to the partition (kgo keeps it failed). "After" and
+// "until" are in call order: a Produce call concurrent with Resume (not
+// returned when Resume is called) may go either way, as may one concurrent
+// with the Produce of the record that failed.
 func Stop() Policy { return Policy{kind: policyStop} }
 
 func (p Policy) String() string {

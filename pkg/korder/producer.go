@@ -375,10 +375,14 @@ func (p *Producer) Close() {
 }
 
 // Resume ends the Stop of every stopped partition of topic: records produced
-// to them from now on are produced. Records of a stopped partition that kgo
-// rejected before Resume still fail with ErrStopped, whenever their promise
-// comes: a partition resumes in kgo only once all of them came back. Resuming
-// a topic that is not stopped is a no-op.
+// to them from now on are produced, in order. Records produced to a stopped
+// partition before Resume still fail with ErrStopped, whenever their promise
+// comes. kgo resumes the partition only once every record it rejected came
+// back; until then it rejects the records produced after Resume too, and the
+// Producer keeps them and produces them again first, as in a recovery. A
+// Produce call that has not returned when Resume is called (one blocked on
+// kgo's MaxBufferedRecords, say) is concurrent with it: its record may go
+// either way. Resuming a topic that is not stopped is a no-op.
 func (p *Producer) Resume(topic string) {
 	p.mu.Lock()
 	t := p.topics[topic]
@@ -386,13 +390,15 @@ func (p *Producer) Resume(topic string) {
 	if t == nil {
 		return
 	}
+	// Records numbered up to seq were produced before this call (or
+	// concurrently with it); later ones after it.
+	seq := p.in.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pt := range t.parts {
 		pt.mu.Lock()
 		if pt.stopped != nil {
-			pt.resume = true
-			pt.tryResumeLocked()
+			pt.resumeLocked(seq)
 		}
 		pt.mu.Unlock()
 	}

@@ -99,27 +99,10 @@ func TestChaosShort(t *testing.T) {
 	for _, seed := range shortSeeds {
 		o := runChaos(newConfig(seed, false, false), nil)
 		t.Log(o.line())
-		if len(o.viol) > 0 && !knownStopRace(o) {
+		if len(o.viol) > 0 {
 			t.Error(o.report(o.hist, outDir(t)))
-		} else if len(o.viol) > 0 {
-			t.Log("KNOWN OPEN ISSUE (korder Stop contract, see README): " + o.report(o.hist, outDir(t)))
 		}
 	}
-}
-
-// knownStopRace reports whether every violation of a korder run is the
-// Stop-contract check's: a record handed to korder after a record of its
-// partition got ErrStopped, and before Resume, was written. korder v2 has a
-// race there that is not fixed yet (found by this check, in about one
-// TestChaosShort run in two, always with the dead-letter policy set); make
-// chaos still counts it as a violation.
-func knownStopRace(o *outcome) bool {
-	for _, v := range o.viol {
-		if v.kind != "stop" {
-			return false
-		}
-	}
-	return o.rc.mode == modeKorder
 }
 
 // TestChaosSeed reproduces one run: CHAOS_SEED, CHAOS_MODE=naive for the

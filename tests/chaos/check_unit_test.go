@@ -97,27 +97,38 @@ func TestCheckerDuplicates(t *testing.T) {
 	}
 }
 
-// TestCheckerStop: with korder outside transactions, a record handed off
-// after a record of its partition got ErrStopped, and before Resume, must
-// not be written.
+// TestCheckerStop: with korder outside transactions, a record produced
+// after a record of its partition got ErrStopped (its Produce call began
+// after the stopped record's returned), and before Resume (its Produce call
+// returned before Resume was called), must not be written; a call that
+// overlaps either may go either way.
 func TestCheckerStop(t *testing.T) {
 	for _, test := range []struct {
-		name    string
-		resumed bool
-		viol    bool
+		name            string
+		xAt, xRet       int64 // the stopped record's Produce call
+		yAt, yRet       int64 // the written record's
+		resume, resumed int64 // a Resume call, 0 for none
+		viol            bool
 	}{
-		{"written before Resume", false, true},
-		{"written after Resume", true, false},
+		{"written before Resume", 1, 2, 4, 5, 0, 0, true},
+		{"written after Resume", 1, 2, 6, 7, 3, 4, false},
+		{"returned before Resume", 1, 2, 4, 5, 6, 7, true},
+		{"Resume returned before the stopped record", 3, 4, 5, 6, 1, 2, true},
+		{"concurrent with Resume", 1, 2, 4, 6, 5, 7, false},
+		{"both concurrent with Resume", 2, 3, 4, 5, 1, 6, false},
+		{"concurrent with the stopped record", 1, 5, 3, 4, 0, 0, false},
 	} {
 		t.Run(test.name, func(t *testing.T) {
 			r := checkRun(modeKorder, 2)
-			r.handoffForCheck(r.recs[0], 1, fmt.Errorf("stopped: %w", kerr.InvalidRecord), 0)
-			r.parts[0].stops = []int64{2}
-			if test.resumed {
-				r.resumes = []int64{3}
+			x := r.handoffForCheck(r.recs[0], test.xAt, fmt.Errorf("stopped: %w", kerr.InvalidRecord), 0)
+			x.ret = test.xRet
+			r.parts[0].stops = []*attempt{x}
+			if test.resume > 0 {
+				r.resumes = []*call{{test.resume, test.resumed}}
 			}
-			b := r.handoffForCheck(r.recs[1], 4, nil, 0)
-			r.check([][]*kgo.Record{{copyOf(b, 1, 0)}}, &outcome{})
+			y := r.handoffForCheck(r.recs[1], test.yAt, nil, 0)
+			y.ret = test.yRet
+			r.check([][]*kgo.Record{{copyOf(y, 1, 0)}}, &outcome{})
 			var stops int
 			for _, v := range r.viol {
 				if v.kind == "stop" {

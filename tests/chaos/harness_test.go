@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/pprof"
@@ -12,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -134,8 +136,13 @@ type attempt struct {
 	promised  int
 	err       error
 	offset    int64
-	at        int64 // run.order at hand-off
+	at        int64 // run.order at hand-off (korder: before Produce is called)
+	ret       int64 // korder: run.order once Produce returned
 }
+
+// call is a call to korder, in run.order: at is taken before the call, ret
+// once it returned.
+type call struct{ at, ret int64 }
 
 // acked reports whether a's promise said it was written, and (in a
 // transaction) the transaction committed.
@@ -147,9 +154,9 @@ type partState struct {
 	inflight int
 	epoch    int
 	next     int64
-	failures []*rec  // failed records waiting to be produced again
-	queue    []*rec  // held back while failed, in produce order
-	stops    []int64 // korder: run.order when a record got ErrStopped
+	failures []*rec     // failed records waiting to be produced again
+	queue    []*rec     // held back while failed, in produce order
+	stops    []*attempt // korder: the attempts that got ErrStopped
 }
 
 // run is one seeded chaos run.
@@ -167,8 +174,8 @@ type run struct {
 	topicFailed bool
 	recs        []*rec
 	attempts    []*attempt
-	order       int64   // orders hand-offs, korder stops and Resumes
-	resumes     []int64 // korder: run.order before each Resume call
+	order       int64   // orders hand-offs, korder Produce returns and Resumes
+	resumes     []*call // korder: the Resume calls
 	unresolved  int
 	outstanding int // attempts without a promise
 	stopped     bool
@@ -272,6 +279,19 @@ func (h unbufferedHook) OnProduceRecordUnbuffered(kr *kgo.Record, err error) {
 		}
 		r.hist.add(evLog, rr, nil, rr.part, fmt.Sprintf("kgo failed it: %v", err))
 	}
+}
+
+// failsNoPartition reports whether err is one that kgo fails records with
+// without failing their partition, in a transaction: a fatal producer ID
+// error (every buffered record fails with it), or an abort. korder passes
+// such failures to the promise as they are.
+func failsNoPartition(err error) bool {
+	for _, e := range []error{kerr.OutOfOrderSequenceNumber, kerr.UnknownProducerID, kerr.InvalidProducerIDMapping, kerr.InvalidProducerEpoch, kerr.ProducerFenced, kerr.TransactionAbortable, kgo.ErrAborting} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // doomTxn marks the current transaction as unable to commit and wakes the
@@ -423,10 +443,15 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 			case <-r.resumeCh:
 				r.mu.Lock()
 				r.order++
-				r.resumes = append(r.resumes, r.order)
+				c := &call{at: r.order}
+				r.resumes = append(r.resumes, c)
 				r.mu.Unlock()
 				r.korderResume()
-				r.hist.add(evRecover, nil, nil, -1, "korder Resume("+chaosTopic+")")
+				r.mu.Lock()
+				r.order++
+				c.ret = r.order
+				r.mu.Unlock()
+				r.hist.add(evRecover, nil, nil, -1, fmt.Sprintf("korder Resume(%s) order=%d-%d", chaosTopic, c.at, c.ret))
 			}
 		}
 	}()
@@ -680,7 +705,7 @@ func (r *run) handoffLocked(rr *rec) *attempt {
 			r.txnRecs = append(r.txnRecs, rr)
 		}
 	}
-	r.hist.add(evProduce, rr, a, rr.part, fmt.Sprintf("handoff=%d epoch=%d txn=%d", a.handoff, a.epoch, a.txn))
+	r.hist.add(evProduce, rr, a, rr.part, fmt.Sprintf("handoff=%d epoch=%d txn=%d order=%d", a.handoff, a.epoch, a.txn, a.at))
 	if r.rc.mode == modeKorder {
 		return a
 	}
@@ -700,6 +725,10 @@ func (r *run) korderProduce(a *attempt) {
 		return
 	}
 	r.kp.Produce(a.ctx, a.rec.record(a.id), func(kr *kgo.Record, err error) { r.promise(a, kr, err) })
+	r.mu.Lock()
+	r.order++
+	a.ret = r.order
+	r.mu.Unlock()
 }
 
 // korderResume resumes the topic if korder stopped it.
@@ -752,16 +781,20 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		rr.hard++
 		what := korderOutcome(err)
 		switch {
+		case what == "" && r.rc.txn() && failsNoPartition(err):
+			// kgo failed it without failing its partition (the
+			// producer ID failed): korder passes such a failure
+			// through. The transaction cannot commit.
+			r.txnFailed = true
+			r.doomTxn()
 		case what == "" && !r.closing:
 			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
 		case what == "stopped" && !r.rc.txn() && !strings.Contains(err.Error(), "key quarantined"):
-			// The window starts when the stopped record was handed to
-			// korder: Stop's contract is about records produced after
-			// it and before Resume was called. A record produced
-			// before a Resume can get ErrStopped after that Resume
-			// (korder resumes once every rejected record came back),
-			// and records handed after the Resume may be written.
-			r.parts[rr.part].stops = append(r.parts[rr.part].stops, a.at)
+			// Stop's contract is about the records produced after
+			// this one and before Resume was called (checkStopped).
+			// A record produced before a Resume can get ErrStopped
+			// after that Resume (its promise comes when it comes).
+			r.parts[rr.part].stops = append(r.parts[rr.part].stops, a)
 			select {
 			case r.resumeCh <- struct{}{}:
 			default:
