@@ -2,7 +2,6 @@ package korder_test
 
 import (
 	"errors"
-	"os"
 	"strings"
 	"testing"
 
@@ -24,9 +23,6 @@ import (
 // rejected behind POISON: once POISON is dead-lettered, they are produced
 // again whole, past the policies, and J fails as kgo buffers them.
 func TestTooLargeInARecoveryKeepsTheRestBehind(t *testing.T) {
-	if os.Getenv("KORDER_KGO_RECOVER_REJECTS_REST") == "" {
-		t.Skip("needs kgo's RecoverProducePartition to reject the records given after one that fails as it is buffered (pending in the kgo series); set KORDER_KGO_RECOVER_REJECTS_REST=1 to run")
-	}
 	ctx := testCtx(t)
 	c := newCluster(t, 1)
 	poison(c)
