@@ -15,12 +15,8 @@ import (
 // a record costs no closure and no allocation.
 //
 // Carriers live in a ring, indexed by the record's number (seq&mask): 32
-// bytes each, two to a cache line, written in Produce order. A sync.Pool of
-// carriers was tried, and cost korder/raw 1.38 in
-// BenchmarkOverheadAlternating against about 1.07 for this ring: a record's
-// promise runs on another P than its Produce, so every Get missed its P's
-// pool, and the garbage collector emptied the pool every cycle. A closure
-// per record costs about as much as the ring in time but allocates.
+// bytes each, two to a cache line, written in Produce order (a sync.Pool
+// missed on every Get: a promise runs on another P than its Produce).
 //
 // A record whose slot is still busy (the record a lap before it is still
 // in flight) takes a closure instead: a claim is a compare-and-swap, so two

@@ -85,7 +85,7 @@ func (d *deadLetters) failed(r *kgo.Record) {
 		d.seen[r.Topic] = parts
 	}
 	parts[r.Partition]++
-	if recoverPartition(d.cl, r.Topic, r.Partition, parts[r.Partition], false, nil) == nil {
+	if d.cl.RecoverProducePartition(r.Topic, r.Partition, parts[r.Partition], false, nil) == nil {
 		delete(parts, r.Partition)
 	}
 }

@@ -105,7 +105,7 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 // records come back, except of a record of a recovery that kgo fails as it
 // buffers it (too large): kgo then keeps the partition failed, with no hook.
 func (pt *partition) failedInKgoLocked() bool {
-	return recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil) != nil
+	return pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) != nil
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -338,7 +338,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		inRound[pd.r] = pd // known before kgo may promise them
 	}
 	pt.inRound = inRound
-	if err := recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...); err != nil {
+	if err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...); err != nil {
 		pt.inRound = nil
 		return err
 	}
@@ -368,7 +368,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 // partition came back: a recovery with one record too few is refused, with
 // how many kgo counts, and changes nothing.
 func (pt *partition) allSeenLocked() bool {
-	err := recoverPartition(pt.p.cl, pt.t.name, pt.id, -1, false, nil)
+	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil)
 	if err == nil {
 		return true // not failed any more
 	}
@@ -442,7 +442,7 @@ func (pt *partition) releaseLocked() {
 // which kgo rejects until its failure is recovered, are kept, and the worker
 // recovers the partition with them, in order, once all of those came back.
 func (pt *partition) resumeLocked(seq uint64) {
-	if pt.q.len() == 0 && len(pt.inRound) == 0 && recoverPartition(pt.p.cl, pt.t.name, pt.id, pt.seen, false, nil) == nil {
+	if pt.q.len() == 0 && len(pt.inRound) == 0 && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, false, nil) == nil {
 		// Every record kgo failed or rejected came back: kgo resumes
 		// the partition now.
 		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type policyKind uint8
@@ -195,7 +196,7 @@ func (p Policy) step(st *stats) step {
 	switch p.kind {
 	case policyRetry:
 		return func(c *call, next func() act) act {
-			if c.pd.attempts >= p.attempts || (!p.possiblyWritten && errors.Is(c.pd.err, errPossiblyWritten)) {
+			if c.pd.attempts >= p.attempts || (!p.possiblyWritten && errors.Is(c.pd.err, kgo.ErrPossiblyWritten)) {
 				return next()
 			}
 			if !c.env.backoff(p.backoff) {
