@@ -157,6 +157,11 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 				case buf != first.buf:
 					who = fmt.Sprintf("korder produced it again (attempt %d, Produce calls %d and %d)", att, first.buf, buf)
 				}
+				if att != first.att && first.att < len(r.attempts) && r.attempts[first.att].unconfirmed {
+					out.documented++
+					r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: documented duplicate at offset %d (copies at %v): %s; the first copy is of a transaction whose commit failed with an unknown outcome (kgo's EndTransaction doc), which committed", kr.Offset, occs[id], who))
+					continue
+				}
 				if (att != first.att || buf != first.buf) && r.nonRetryableAfterUnsureLocked(rr) {
 					out.documented++
 					r.hist.add(evPhase, rr, nil, rr.part, fmt.Sprintf("checker: documented duplicate at offset %d (copies at %v): %s; idempotent, reported failed with an error saying it may have been written, or with a non-retryable error, which a resend after a lost response can get although the first attempt was written", kr.Offset, occs[id], who))
@@ -218,7 +223,7 @@ func (r *run) check(logs [][]*kgo.Record, out *outcome) {
 				if got, ok := atOffset[rr.part][a.offset]; !ok || got != rr.id {
 					r.violate("ack", []*rec{rr}, "%v acknowledged at offset %d of partition %d, which holds record %d (present %v)", rr, a.offset, rr.part, got, ok)
 				}
-			case a.promised == 1 && a.err == nil && a.txn > 0:
+			case a.promised == 1 && a.err == nil && a.txn > 0 && !a.unconfirmed:
 				// Written in a transaction that aborted (or never
 				// ended): a read-committed consumer must not see it.
 				if got, ok := atOffset[rr.part][a.offset]; ok {

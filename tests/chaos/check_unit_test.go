@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -139,5 +140,25 @@ func TestCheckerStop(t *testing.T) {
 				t.Errorf("stop violations %d, want any: %v (%v)", stops, test.viol, r.viol)
 			}
 		})
+	}
+}
+
+// A commit that failed with a transport error or UNKNOWN_SERVER_ERROR has an
+// unknown outcome (kgo's EndTransaction doc); a broker's refusal, or the
+// option's own refusal, does not.
+func TestCommitUnconfirmed(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("unable to dial: dial tcp 127.0.0.1:1: connect: connection refused"), true},
+		{kerr.UnknownServerError, true},
+		{fmt.Errorf("the transaction cannot commit, abort it: %w (%w)", kgo.ErrProducePartitionFailed, kerr.TransactionAbortable), false},
+		{kerr.OperationNotAttempted, false},
+	} {
+		if got := commitUnconfirmed(c.err); got != c.want {
+			t.Errorf("commitUnconfirmed(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -132,12 +132,16 @@ type attempt struct {
 	epoch     int   // partition's recovery epoch at hand-off
 	txn       int   // transaction it was handed off in, 0 if none
 	committed bool  // its transaction committed
-	ctx       context.Context
-	promised  int
-	err       error
-	offset    int64
-	at        int64 // run.order at hand-off (korder: before Produce is called)
-	ret       int64 // korder: run.order once Produce returned
+	// unconfirmed: its transaction's commit failed with an unknown outcome
+	// (kgo's EndTransaction doc): the abort that followed returns nil
+	// even if the commit had completed.
+	unconfirmed bool
+	ctx         context.Context
+	promised    int
+	err         error
+	offset      int64
+	at          int64 // run.order at hand-off (korder: before Produce is called)
+	ret         int64 // korder: run.order once Produce returned
 }
 
 // call is a call to korder, in run.order: at is taken before the call, ret
@@ -279,6 +283,16 @@ func (h unbufferedHook) OnProduceRecordUnbuffered(kr *kgo.Record, err error) {
 		}
 		r.hist.add(evLog, rr, nil, rr.part, fmt.Sprintf("kgo failed it: %v", err))
 	}
+}
+
+// commitUnconfirmed reports whether EndTransaction(TryCommit) failed with an
+// error that leaves the commit's outcome unknown, as kgo documents: a
+// transport error or UNKNOWN_SERVER_ERROR (anything but another broker
+// error, conservatively). The transaction may have committed although the
+// abort that follows succeeds.
+func commitUnconfirmed(err error) bool {
+	var ke *kerr.Error
+	return err != nil && (!errors.As(err, &ke) || ke == kerr.UnknownServerError)
 }
 
 // failsNoPartition reports whether err is one that kgo fails records with
@@ -962,7 +976,7 @@ func (r *run) endTxn(quit chan struct{}) bool {
 	r.mu.Lock()
 	var carry []*rec
 	for _, a := range r.txnAtts {
-		a.committed = committed
+		a.committed, a.unconfirmed = committed, commitUnconfirmed(err)
 	}
 	for _, rr := range r.txnRecs {
 		switch rr.state {
