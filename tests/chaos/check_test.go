@@ -276,7 +276,7 @@ func (r *run) checkStopped(written func(*rec) bool) {
 		return
 	}
 	for _, a := range r.attempts {
-		if !a.acked() && (len(a.rec.attempts) > 1 || !written(a.rec) || isPossiblyWritten(a.err)) {
+		if !a.acked() && (len(a.rec.attempts) > 1 || !written(a.rec) || isPossiblyWritten(a.err) || r.maybeWrittenLocked(a.rec)) {
 			continue
 		}
 		for _, st := range r.parts[a.rec.part].stops {
@@ -320,16 +320,16 @@ func (r *run) checkDeadLetters(dlq []*kgo.Record) {
 	}
 }
 
-// maybeWrittenLocked: without idempotency, a record that failed on a timeout
-// or a canceled context may have been written anyway (documented on
+// maybeWrittenLocked: without idempotency, a record that failed on a timeout,
+// RecordRetries or a canceled context may have been written anyway (documented on
 // FailPartitionOnProduceFailure), possibly after records produced later. In
 // modeKorder, the attempts kgo saw are korder's (rec.kgoErrs).
 func (r *run) maybeWrittenLocked(rr *rec) bool {
 	if r.rc.idempotent() {
 		return false
 	}
-	unknown := func(err error) bool {
-		return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout)
+	unknown := func(err error) bool { // RecordRetries: a retried request's response may have been lost
+		return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries)
 	}
 	for _, a := range rr.attempts {
 		if a.err != nil && unknown(a.err) {

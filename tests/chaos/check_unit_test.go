@@ -3,6 +3,7 @@ package chaos_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,6 +160,27 @@ func TestCommitUnconfirmed(t *testing.T) {
 	} {
 		if got := commitUnconfirmed(c.err); got != c.want {
 			t.Errorf("commitUnconfirmed(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// Without idempotency, a record that failed after RecordRetries may have
+// been written (a retried request's response was lost): in the log after a
+// stopped record, it is documented, not a Stop violation. With idempotency,
+// it is one.
+func TestCheckerStopMaybeWritten(t *testing.T) {
+	for _, k := range []kind{kindIdempotent, kindNonIdempotent} {
+		r := checkRun(modeKorder, 2)
+		r.rc.kind = k
+		x := r.handoffForCheck(r.recs[0], 1, fmt.Errorf("stopped: %w", kerr.InvalidRecord), 0)
+		x.ret = 2
+		r.parts[0].stops = []*attempt{x}
+		y := r.handoffForCheck(r.recs[1], 3, fmt.Errorf("stopped: %w", kgo.ErrRecordRetries), 0)
+		y.ret = 4
+		r.check([][]*kgo.Record{{copyOf(y, 1, 0)}}, &outcome{})
+		stops := slices.ContainsFunc(r.viol, func(v violation) bool { return v.kind == "stop" })
+		if want := k == kindIdempotent; stops != want {
+			t.Errorf("kind %v: stop violation %v, want %v (%v)", k, stops, want, r.viol)
 		}
 	}
 }
