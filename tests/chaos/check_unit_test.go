@@ -155,7 +155,7 @@ func TestCommitUnconfirmed(t *testing.T) {
 		{nil, false},
 		{errors.New("unable to dial: dial tcp 127.0.0.1:1: connect: connection refused"), true},
 		{kerr.UnknownServerError, true},
-		{fmt.Errorf("the transaction cannot commit, abort it: %w (%w)", kgo.ErrProducePartitionFailed, kerr.TransactionAbortable), false},
+		{fmt.Errorf("the transaction cannot commit, abort it: %w", kerr.TransactionAbortable), false},
 		{kerr.OperationNotAttempted, false},
 	} {
 		if got := commitUnconfirmed(c.err); got != c.want {
