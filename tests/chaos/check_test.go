@@ -276,7 +276,10 @@ func (r *run) checkStopped(written func(*rec) bool) {
 		return
 	}
 	for _, a := range r.attempts {
-		if !a.acked() && (len(a.rec.attempts) > 1 || !written(a.rec) || isPossiblyWritten(a.err) || r.maybeWrittenLocked(a.rec)) {
+		// Without idempotency, a record that failed after a request of
+		// it was retried may be in the log, whatever the final error:
+		// only a record acknowledged written counts there.
+		if !a.acked() && (len(a.rec.attempts) > 1 || !written(a.rec) || isPossiblyWritten(a.err) || !r.rc.idempotent()) {
 			continue
 		}
 		for _, st := range r.parts[a.rec.part].stops {

@@ -164,10 +164,10 @@ func TestCommitUnconfirmed(t *testing.T) {
 	}
 }
 
-// Without idempotency, a record that failed after RecordRetries may have
-// been written (a retried request's response was lost): in the log after a
-// stopped record, it is documented, not a Stop violation. With idempotency,
-// it is one.
+// Without idempotency, a record that failed after a retry may have been
+// written (a retried request's response was lost), whatever the final error:
+// in the log after a stopped record, it is documented, not a Stop violation.
+// With idempotency, it is one.
 func TestCheckerStopMaybeWritten(t *testing.T) {
 	for _, k := range []kind{kindIdempotent, kindNonIdempotent} {
 		r := checkRun(modeKorder, 2)
@@ -175,7 +175,7 @@ func TestCheckerStopMaybeWritten(t *testing.T) {
 		x := r.handoffForCheck(r.recs[0], 1, fmt.Errorf("stopped: %w", kerr.InvalidRecord), 0)
 		x.ret = 2
 		r.parts[0].stops = []*attempt{x}
-		y := r.handoffForCheck(r.recs[1], 3, fmt.Errorf("stopped: %w", kgo.ErrRecordRetries), 0)
+		y := r.handoffForCheck(r.recs[1], 3, fmt.Errorf("stopped: %w", kerr.MessageTooLarge), 0)
 		y.ret = 4
 		r.check([][]*kgo.Record{{copyOf(y, 1, 0)}}, &outcome{})
 		stops := slices.ContainsFunc(r.viol, func(v violation) bool { return v.kind == "stop" })
