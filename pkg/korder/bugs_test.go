@@ -358,18 +358,8 @@ func TestRecordProducedAfterResumeIsProduced(t *testing.T) {
 	h.Remove()
 
 	// Hold kgo's promise goroutine.
-	blocked, release := make(chan struct{}), make(chan struct{})
 	ps := newPromises()
-	afn := ps.fn()
-	p.Produce(ctx, rec(1, "a", 0), func(r *kgo.Record, err error) {
-		close(blocked)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		afn(r, err)
-	})
-	waitOn(ctx, t, blocked, "a-0's promise")
+	release := holdPromises(ctx, t, p, rec(1, "a", 0), ps.fn())
 
 	r, s := rec(0, "r", 0), rec(0, "s", 0)
 	p.Produce(ctx, r, ps.fn()) // rejected by kgo, its promise held
@@ -516,18 +506,8 @@ func testAbortCount(t *testing.T, stopped bool) {
 	if err := produceSync(ctx, p, jumbo("K")); !errors.Is(err, korder.ErrStopped) {
 		t.Fatalf("K: got %v, want ErrStopped", err)
 	}
-	blocked, release := make(chan struct{}), make(chan struct{})
 	ps = newPromises()
-	hfn := ps.fn()
-	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
-		close(blocked)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		hfn(r, err)
-	})
-	waitOn(ctx, t, blocked, "h-0's promise")
+	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
 	a, b := rec(0, "a", 0), rec(0, "b", 0)
 	p.Produce(ctx, a, ps.fn())
 	p.Produce(ctx, b, ps.fn())
@@ -567,18 +547,8 @@ func TestFailureOfNoPartitionIsNotKept(t *testing.T) {
 	}
 	// Hold kgo's promise goroutine so that A's failure comes back only
 	// once B and C were rejected behind it.
-	blocked, release := make(chan struct{}), make(chan struct{})
 	ps := newPromises()
-	hfn := ps.fn()
-	p.Produce(ctx, rec(1, "h", 0), func(r *kgo.Record, err error) {
-		close(blocked)
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		hfn(r, err)
-	})
-	waitOn(ctx, t, blocked, "h-0's promise")
+	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
 	a := rec(0, "a", 0)
 	p.Produce(ctx, a, ps.fn())
 	waitOn(ctx, t, failed, "partition 0's failure")
@@ -599,4 +569,21 @@ func TestFailureOfNoPartitionIsNotKept(t *testing.T) {
 	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holdPromises produces r and holds kgo's promise goroutine in r's promise
+// (then fn) until release is closed, so that the promises of records
+// produced meanwhile come back only after it.
+func holdPromises(ctx context.Context, t *testing.T, p *korder.Producer, r *kgo.Record, fn func(*kgo.Record, error)) (release chan struct{}) {
+	blocked, release := make(chan struct{}), make(chan struct{})
+	p.Produce(ctx, r, func(r *kgo.Record, err error) {
+		close(blocked)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		fn(r, err)
+	})
+	waitOn(ctx, t, blocked, string(r.Key)+"'s promise")
+	return release
 }
