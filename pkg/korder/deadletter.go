@@ -96,23 +96,6 @@ type quarantine map[string]error
 
 var errQuarantineFull = errors.New("korder: quarantine full")
 
-func (q *quarantine) add(key []byte, cause error, max int) error {
-	if key == nil {
-		return nil
-	}
-	if _, ok := (*q)[string(key)]; ok {
-		return nil
-	}
-	if len(*q) >= max {
-		return errQuarantineFull
-	}
-	if *q == nil {
-		*q = quarantine{}
-	}
-	(*q)[string(key)] = cause
-	return nil
-}
-
 func (q quarantine) keys() [][]byte {
 	var ks [][]byte
 	for k := range q {

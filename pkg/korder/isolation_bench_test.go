@@ -2,6 +2,7 @@ package korder_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,15 @@ import (
 //   - fault=retryable: every produce to partition 0 fails with
 //     NOT_ENOUGH_REPLICAS, which kgo retries itself; kgo backs off the
 //     whole broker connection (sink) before each retry, so with brokers=1
-//     every partition waits: that measures kgo, not korder.
+//     every partition waits: that measures kgo, not korder. kgo retries
+//     only after a metadata refresh, at most every MetadataMinAge (5s), so
+//     it fails nothing within the window: partition 0's records fill
+//     kgo's MaxBufferedRecords, and Produce blocks for every partition,
+//     with raw kgo as with korder (BenchmarkIsolationRaw).
+//   - fault=retryablefail: fault=retryable with MetadataMinAge(100ms), so
+//     that kgo fails partition 0's records after RecordRetries(2) within
+//     the window (the korder issue's "retryable error that kgo fails
+//     after RecordRetries(2)").
 //   - held=defaults: korder's default bounds (MaxHeldBytes 64 MiB, no
 //     MaxHeld); held=MaxHeld10000: MaxHeld(10000), the former default,
 //     which blocks Produce, and with it every partition's records, once
@@ -58,7 +67,7 @@ func BenchmarkIsolation(b *testing.B) {
 		{"reject", []korder.Opt{korder.MaxHeld(10000), korder.RejectWhenHeldFull()}},
 	}
 	for _, brokers := range []int{2, 1} {
-		for _, fault := range []string{"hold", "invalid", "retryable"} {
+		for _, fault := range []string{"hold", "invalid", "retryable", "retryablefail"} {
 			if brokers == 1 && fault == "hold" {
 				continue // holding broker 1's request would hold every partition
 			}
@@ -84,7 +93,7 @@ const (
 // 16 partitions get about as many records each. The fault is on partition
 // 0, led by broker 1 (brokers=2), with held=defaults.
 func BenchmarkIsolationDefaultPartitioner(b *testing.B) {
-	for _, fault := range []string{"hold", "invalid", "retryable"} {
+	for _, fault := range []string{"hold", "invalid", "retryable", "retryablefail"} {
 		b.Run("brokers=2/fault="+fault, func(b *testing.B) {
 			for range b.N {
 				isolationRun(b, 2, fault, false, nil)
@@ -93,7 +102,67 @@ func BenchmarkIsolationDefaultPartitioner(b *testing.B) {
 	}
 }
 
+// BenchmarkIsolationRaw is BenchmarkIsolationDefaultPartitioner with raw
+// kgo (no korder, no FailPartitionOnProduceFailure): the reference.
+func BenchmarkIsolationRaw(b *testing.B) {
+	for _, fault := range []string{"invalid", "retryable", "retryablefail"} {
+		b.Run("brokers=2/fault="+fault, func(b *testing.B) {
+			for range b.N {
+				isolationRunRaw(b, fault)
+			}
+		})
+	}
+}
+
+// isolationProducer is what isolationRun produces through: a korder
+// Producer, or raw kgo.
+type isolationProducer interface {
+	Produce(context.Context, *kgo.Record, func(*kgo.Record, error))
+	Flush(context.Context) error
+	Close()
+}
+
+type rawProducer struct{ *kgo.Client }
+
+func (r rawProducer) Close() { r.Client.Close() }
+
+func isolationRunRaw(b *testing.B, fault string) {
+	isolationRunWith(b, 2, fault, false, nil, true, true)
+}
+
 func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt) {
+	isolationRunWith(b, brokers, fault, manual, opts, false, true)
+}
+
+// BenchmarkIsolationAlternating measures the isolation figure of the korder
+// issue by alternation: raw kgo, korder with kgo's default partitioner and
+// korder with ManualPartitioner (brokers=2, held=defaults) take turns, in an
+// order that rotates every round, for isolationRounds rounds per fault; it
+// reports each one's median healthy-ratio (raw-ratio, korder-ratio,
+// manual-ratio). Run it with -benchtime 1x; it takes about 15 s per run.
+func BenchmarkIsolationAlternating(b *testing.B) {
+	for _, fault := range []string{"invalid", "retryablefail"} {
+		b.Run("fault="+fault, func(b *testing.B) {
+			for range b.N {
+				var ratios [3][]float64
+				for round := range isolationRounds {
+					for k := range 3 {
+						i := (round + k) % 3
+						ratios[i] = append(ratios[i], isolationRunWith(b, 2, fault, i == 2, nil, i == 0, false))
+					}
+				}
+				for i, unit := range []string{"raw-ratio", "korder-ratio", "manual-ratio"} {
+					slices.Sort(ratios[i])
+					b.ReportMetric(ratios[i][len(ratios[i])/2], unit)
+				}
+			}
+		})
+	}
+}
+
+const isolationRounds = 5
+
+func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt, raw, report bool) float64 {
 	b.StopTimer()
 	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(isolationPartitions, topic), kfake.BlackholeProduce())
 	if err != nil {
@@ -151,9 +220,28 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 	if manual {
 		kopts = append(kopts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	}
-	p, err := korder.NewProducer(kopts, append([]korder.Opt{korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond))}, opts...)...)
-	if err != nil {
-		b.Fatal(err)
+	if fault == "retryablefail" {
+		// kgo retries NOT_ENOUGH_REPLICAS after a metadata refresh,
+		// at most every MetadataMinAge (5s by default, longer than
+		// the window): with 100ms, it fails partition 0's records
+		// after RecordRetries(2) within the window.
+		kopts = append(kopts, kgo.MetadataMinAge(100*time.Millisecond))
+	}
+	var p isolationProducer
+	var kp *korder.Producer
+	if raw {
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p = rawProducer{cl}
+	} else {
+		var err error
+		kp, err = korder.NewProducer(kopts, append([]korder.Opt{korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond))}, opts...)...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p = kp
 	}
 	defer p.Close()
 
@@ -200,7 +288,7 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 		holding.Store(true)
 	case "invalid":
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
-	case "retryable":
+	case "retryable", "retryablefail":
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 	}
 	faulted := rate()
@@ -218,14 +306,25 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 	if err := p.Flush(fctx); err != nil {
 		b.Fatal(err)
 	}
-	s := p.Stats()
+	if !report {
+		return faulted / base
+	}
 	b.ReportMetric(faulted/base, "healthy-ratio")
 	b.ReportMetric(base, "healthy-records/s")
-	b.ReportMetric(float64(s.HoldTime[topic])/float64(time.Second), "hold-s")
+	b.ReportMetric(float64(failed.Load()), "failed-records")
+	if raw {
+		return faulted / base
+	}
+	s := kp.Stats()
+	var hold time.Duration
+	for _, d := range s.PartitionHoldTime[topic] {
+		hold += d
+	}
+	b.ReportMetric(float64(hold)/float64(time.Second), "hold-s")
 	if !manual {
 		// The time the whole topic held: the gates (see korder's
 		// learned holds).
-		b.ReportMetric(float64(s.TopicHoldTime[topic])/float64(time.Second), "topic-hold-s")
+		b.ReportMetric(float64(s.PartitionHoldTime[topic][-1])/float64(time.Second), "topic-hold-s")
 	}
-	b.ReportMetric(float64(failed.Load()), "failed-records")
+	return faulted / base
 }

@@ -300,9 +300,6 @@ func (pt *partition) produceLocked(n int, rest bool) {
 			pt.unprotectedLocked()
 			return
 		}
-		if debugRefusals {
-			println("korder debug: refused", refused, err.Error(), "seen", pt.seen, "q", pt.q.len())
-		}
 		pt.cond.Wait()
 	}
 }
@@ -488,10 +485,6 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 	}
 	return err
 }
-
-func (pt *partition) count(c *counter) { c.Add(1) }
-
-const debugRefusals = false
 
 // refusalsBeforeHold is how many refused recoveries in a row make the worker
 // hold the topic, so that its records in flight can all come back.

@@ -185,7 +185,6 @@ type call struct {
 type stepEnv interface {
 	backoff(d time.Duration) bool // false if the Producer closed meanwhile
 	deadLetter(topic string, pd *pending, quarantine bool) error
-	count(c *counter)
 }
 
 // A step handles a record or passes it to next: policies compose as a chain
@@ -203,7 +202,7 @@ func (p Policy) step(st *stats) step {
 				return act{kind: actSettle, err: ErrClosed}
 			}
 			c.pd.attempts++
-			c.env.count(&st.retries)
+			st.retries.Add(1)
 			// The first failed batch; the rest follows once it is
 			// written.
 			return act{kind: actProduce, n: c.suspects, rest: true}
@@ -216,7 +215,7 @@ func (p Policy) step(st *stats) step {
 			case c.suspects > 1:
 				return act{kind: actProduce, n: c.suspects / 2}
 			case c.suspects == 1:
-				c.env.count(&st.isolations)
+				st.isolations.Add(1)
 				return next()
 			}
 			return act{kind: actProduce} // the culprit is settled: the rest, whole
@@ -226,12 +225,12 @@ func (p Policy) step(st *stats) step {
 			if err := c.env.deadLetter(p.topic, c.pd, p.quarantine); err != nil {
 				return next()
 			}
-			c.env.count(&st.deadLettered)
+			st.deadLettered.Add(1)
 			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDeadLettered, c.pd.err)}
 		}
 	case policyDrop:
 		return func(c *call, _ func() act) act {
-			c.env.count(&st.dropped)
+			st.dropped.Add(1)
 			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDropped, c.pd.err)}
 		}
 	}

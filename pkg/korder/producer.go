@@ -167,15 +167,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	}
 	seq := p.in.Add(1)
 	if p.attn.Load() == 0 {
-		p.handoff(ctx, r, promise, seq)
+		p.carry(ctx, r, promise, seq)
 		return
 	}
 	p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
-}
-
-// handoff gives a record to kgo, with a carrier for its promise.
-func (p *Producer) handoff(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64) {
-	p.carry(ctx, r, promise, seq)
 }
 
 // produceSlow is Produce while something takes it off the no-failure path.
@@ -189,7 +184,7 @@ func (p *Producer) produceSlow(pd *pending) {
 			p.finish(pd, err)
 			return
 		case wait == nil:
-			p.handoff(pd.ctx, pd.r, pd.promise, pd.seq)
+			p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
 			return
 		}
 		select {

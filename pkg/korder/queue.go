@@ -47,10 +47,9 @@ func (pd *pending) canceled() error {
 // inserted by sequence. rs is the queue, base[off:]: the room that a round
 // leaves at the front takes its records back without moving the rest.
 type queue struct {
-	rs    []*pending
-	base  []*pending
-	off   int
-	bytes int64
+	rs   []*pending
+	base []*pending
+	off  int
 }
 
 func (q *queue) len() int { return len(q.rs) }
@@ -71,7 +70,6 @@ func (q *queue) insert(pd *pending) {
 	}
 	q.base[q.off+i] = pd
 	q.rs = q.base[q.off:]
-	q.bytes += pd.size()
 }
 
 // remove removes pd, wherever it is.
@@ -97,9 +95,6 @@ func (q *queue) take(i, j int) []*pending {
 		q.base = append(q.base[:q.off+i], q.base[q.off+j:]...)
 	}
 	q.rs = q.base[q.off:]
-	for _, pd := range out {
-		q.bytes -= pd.size()
-	}
 	if len(q.rs) == 0 {
 		q.rs, q.base, q.off = nil, nil, 0
 	}

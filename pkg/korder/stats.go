@@ -25,18 +25,10 @@ type Stats struct {
 	Held         int64 // failed and rejected records kept now, to settle or produce again
 	HeldBytes    int64 // their bytes (see MaxHeldBytes)
 
-	// HoldTime is, per topic, the total time its partitions were failed
-	// or recovering: the sum of the topic's PartitionHoldTime.
-	HoldTime map[string]time.Duration
-
 	// PartitionHoldTime is, per topic and partition, the total time the
 	// partition was failed or recovering (partition -1: the topic failed
 	// before its records were partitioned).
 	PartitionHoldTime map[string]map[int32]time.Duration
-
-	// TopicHoldTime is, per topic, the part of HoldTime spent by
-	// partition -1.
-	TopicHoldTime map[string]time.Duration
 }
 
 func (p *Producer) addHoldTime(topic string, part int32, d time.Duration) {
@@ -59,8 +51,6 @@ func (p *Producer) Stats() Stats {
 		Stopped:           p.st.stopped.Load(),
 		HeldFull:          p.st.heldFull.Load(),
 		Canceled:          p.st.canceled.Load(),
-		HoldTime:          map[string]time.Duration{},
-		TopicHoldTime:     map[string]time.Duration{},
 		PartitionHoldTime: map[string]map[int32]time.Duration{},
 	}
 	add := func(topic string, part int32, d time.Duration) {
@@ -68,10 +58,6 @@ func (p *Producer) Stats() Stats {
 			s.PartitionHoldTime[topic] = map[int32]time.Duration{}
 		}
 		s.PartitionHoldTime[topic][part] += d
-		s.HoldTime[topic] += d
-		if part < 0 {
-			s.TopicHoldTime[topic] += d
-		}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()

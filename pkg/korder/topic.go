@@ -139,13 +139,14 @@ func (t *topic) quarantineRoom(key []byte) bool {
 func (t *topic) addQuarantine(key []byte, dlTopic string, cause error) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	if t.quarantine.add(key, cause, t.p.cfg.maxQuarantined) == nil && key != nil {
-		if t.dlTopic == nil {
-			t.dlTopic = map[string]string{}
-		}
-		t.dlTopic[string(key)] = dlTopic
-		t.setAttnLocked()
+	if _, ok := t.quarantine[string(key)]; ok || key == nil || len(t.quarantine) >= t.p.cfg.maxQuarantined {
+		return
 	}
+	if t.quarantine == nil {
+		t.quarantine, t.dlTopic = quarantine{}, map[string]string{}
+	}
+	t.quarantine[string(key)], t.dlTopic[string(key)] = cause, dlTopic
+	t.setAttnLocked()
 }
 
 func (t *topic) release(key []byte) bool {
