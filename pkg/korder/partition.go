@@ -45,6 +45,7 @@ type partition struct {
 	holding   bool   // the worker holds the topic: records missing under load
 	full      bool   // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
+	back      []*pending // the round's records that came back failed, in order: q takes them at its end
 	round     uint64 // the last round sent
 	failedRd  bool   // a record of the last round failed
 	roundRest bool   // the last round was a Retry's first batch: the rest follows
@@ -93,7 +94,11 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
 	}
-	pt.q.insert(pd)
+	if pt.inRound[pd.r] == pd && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
+		pt.back = append(pt.back, pd) // kgo fails a round's records in order
+	} else {
+		pt.q.insert(pd)
+	}
 	pt.t.heldBytes.Add(pd.size())
 	pt.checkFullLocked()
 	pt.startLocked()
@@ -109,7 +114,7 @@ func (pt *partition) failedInKgoLocked() bool {
 }
 
 func (pt *partition) atBoundLocked() bool {
-	return (pt.p.cfg.maxHeld > 0 && pt.q.len() >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
+	return (pt.p.cfg.maxHeld > 0 && pt.q.len()+len(pt.back) >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
 }
 
 // checkFullLocked makes Produce for the topic block while the partition is
@@ -257,6 +262,8 @@ func (pt *partition) stopLocked(cause error) {
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
 	pt.releaseLocked()
+	pt.q.insertFront(pt.back)
+	pt.back = nil
 	for err != nil && pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
@@ -417,6 +424,8 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	if len(pt.inRound) > 0 {
 		return
 	}
+	pt.q.insertFront(pt.back)
+	pt.back = nil
 	close(pt.roundEnd)
 	if pt.failedRd {
 		pt.suspectRd = pt.round

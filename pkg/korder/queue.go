@@ -72,6 +72,25 @@ func (q *queue) insert(pd *pending) {
 	q.rs = q.base[q.off:]
 }
 
+// insertFront inserts rs, in order: in one step if they all go before the
+// queue's records (the failed records of a round), else one by one.
+func (q *queue) insertFront(rs []*pending) {
+	if len(rs) == 0 || len(q.rs) > 0 && rs[len(rs)-1].seq > q.rs[0].seq {
+		for _, pd := range rs {
+			q.insert(pd)
+		}
+		return
+	}
+	if q.off < len(rs) {
+		q.base = append(append(make([]*pending, 0, len(rs)+len(q.rs)), rs...), q.rs...)
+		q.off = 0
+	} else {
+		q.off -= len(rs)
+		copy(q.base[q.off:], rs)
+	}
+	q.rs = q.base[q.off:]
+}
+
 // remove removes pd, wherever it is.
 func (q *queue) remove(pd *pending) bool {
 	for i, x := range q.rs {

@@ -70,7 +70,7 @@ func (p *Producer) Stats() Stats {
 		t.mu.Lock()
 		for _, pt := range t.parts {
 			pt.mu.Lock()
-			s.Held += int64(pt.q.len())
+			s.Held += int64(pt.q.len() + len(pt.back))
 			add(t.name, pt.id, time.Since(pt.since))
 			pt.mu.Unlock()
 		}
