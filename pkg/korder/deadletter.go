@@ -67,13 +67,6 @@ func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
 	})
 }
 
-// write produces a dead-letter copy of pd's record and waits for it.
-func (d *deadLetters) write(topic string, pd *pending) error {
-	ch := make(chan error, 1)
-	d.divert(topic, pd, func(err error) { ch <- err })
-	return <-ch
-}
-
 // failed counts a failed dead-letter record, and recovers its partition once
 // every record kgo failed or rejected there was seen (kgo refuses before).
 func (d *deadLetters) failed(r *kgo.Record) {

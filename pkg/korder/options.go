@@ -81,6 +81,16 @@ func (c *config) validate() error {
 // Opt configures a Producer.
 type Opt func(*config)
 
+// atLeast1 is an option that sets a bound, n, which must be at least 1.
+func atLeast1[T int | int64](name string, n T, set func(*config)) Opt {
+	return func(c *config) {
+		set(c)
+		if n < 1 {
+			c.invalid = fmt.Sprintf("%s(%d)", name, n)
+		}
+	}
+}
+
 // WithPolicies sets the policies for failed records, applied in order,
 // overriding the default of Retry(3, 100*time.Millisecond) then Stop(). For
 // example, WithPolicies(Retry(5, time.Second), Isolate(),
@@ -98,12 +108,7 @@ func WithPolicies(policies ...Policy) Opt {
 // rejects for the full partition fail with ErrHeldFull instead, and Produce
 // does not block.
 func MaxHeld(n int) Opt {
-	return func(c *config) {
-		c.maxHeld = n
-		if n < 1 {
-			c.invalid = fmt.Sprintf("MaxHeld(%d)", n)
-		}
-	}
+	return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n })
 }
 
 // MaxHeldBytes bounds the bytes the Producer keeps for the recovering
@@ -116,12 +121,7 @@ func MaxHeld(n int) Opt {
 // A Produce that blocks blocks the producing goroutine, and so the records it
 // would produce next to healthy partitions.
 func MaxHeldBytes(n int64) Opt {
-	return func(c *config) {
-		c.maxHeldBytes = n
-		if n < 1 {
-			c.invalid = fmt.Sprintf("MaxHeldBytes(%d)", n)
-		}
-	}
+	return atLeast1("MaxHeldBytes", n, func(c *config) { c.maxHeldBytes = n })
 }
 
 // MaxQuarantinedKeys bounds how many keys each topic may have quarantined by
@@ -130,12 +130,7 @@ func MaxHeldBytes(n int64) Opt {
 // is full is passed on to the next policy, as if the dead-letter topic had
 // failed.
 func MaxQuarantinedKeys(n int) Opt {
-	return func(c *config) {
-		c.maxQuarantined = n
-		if n < 1 {
-			c.invalid = fmt.Sprintf("MaxQuarantinedKeys(%d)", n)
-		}
-	}
+	return atLeast1("MaxQuarantinedKeys", n, func(c *config) { c.maxQuarantined = n })
 }
 
 // RejectWhenHeldFull makes records that a recovering partition rejects

@@ -46,11 +46,11 @@ type partition struct {
 	full      bool   // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
 	back      []*pending // the round's records that came back failed, in order: q takes them at its end
-	round     uint64 // the last round sent
-	failedRd  bool   // a record of the last round failed
-	roundRest bool   // the last round was a Retry's first batch: the rest follows
-	suspectRd uint64 // the last round that failed: its records still kept are the suspects
-	settled   bool   // the first record is settled, or written: the rest goes whole, past the policies
+	round     uint64     // the last round sent
+	failedRd  bool       // a record of the last round failed
+	roundRest bool       // the last round was a Retry's first batch: the rest follows
+	suspectRd uint64     // the last round that failed: its records still kept are the suspects
+	settled   bool       // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}
 	since     time.Time
 }
@@ -67,10 +67,8 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	if !pt.failed && !pt.failedInKgoLocked() {
 		// kgo failed the record without failing its partition (a
 		// fatal producer ID error, an abort, a purge), or rejected it
-		// for a failure that kgo recovered since by itself (a
-		// transaction abort): it does not count it, and would refuse
-		// a recovery with it. As for a healthy partition, it goes to
-		// its promise.
+		// for a failure it recovered by itself since (an abort): it
+		// does not count it, so it goes to its promise.
 		return err
 	}
 	pd.err = err
@@ -243,9 +241,8 @@ func (pt *partition) stopLocked(cause error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
 	err := stoppedErr(cause)
-	// Only the records kept now: the lock is released for each promise,
-	// and a Resume meanwhile keeps the records produced after it that come
-	// back (arriveLocked).
+	// Only the records kept now: a Resume while the lock is released for
+	// a promise keeps the records produced after it (arriveLocked).
 	rs := pt.q.all()
 	for _, pd := range rs {
 		pt.t.heldBytes.Add(-pd.size())
@@ -448,19 +445,18 @@ func (pt *partition) releaseLocked() {
 // which kgo rejects until its failure is recovered, are kept, and the worker
 // recovers the partition with them, in order, once all of those came back.
 func (pt *partition) resumeLocked(seq uint64) {
+	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
 	if pt.q.len() == 0 && len(pt.inRound) == 0 && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, false, nil) == nil {
 		// Every record kgo failed or rejected came back: kgo resumes
-		// the partition now.
+		// the partition now, and the worker ends at once.
 		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0
-		pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-		pt.startLocked() // it ends at once, and forgets the partition
-		return
+	} else {
+		// Whatever is kept from now on was rejected because of the
+		// Stop, not for a fault of its own: it goes whole, past the
+		// policies.
+		pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
+		pt.settled, pt.organic = true, true
 	}
-	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
-	// Whatever is kept from now on was rejected because of the Stop, not
-	// for a fault of its own: it goes whole, past the policies.
-	pt.settled, pt.organic = true, true
-	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
 	pt.startLocked()
 	pt.cond.Broadcast()
 }
@@ -485,9 +481,10 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 	if quarantine && !pt.t.quarantineRoom(pd.r.Key) {
 		return errQuarantineFull
 	}
-	done := make(chan struct{})
+	done, ch := make(chan struct{}), make(chan error, 1)
 	pt.p.flushUntil(done)
-	err := pt.p.dl.write(topic, pd)
+	pt.p.dl.divert(topic, pd, func(err error) { ch <- err })
+	err := <-ch
 	close(done)
 	if err == nil && quarantine {
 		pt.t.addQuarantine(pd.r.Key, topic, pd.err)

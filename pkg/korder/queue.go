@@ -45,7 +45,7 @@ func (pd *pending) canceled() error {
 // order: kgo may promise rejected records before failed ones, and a round's
 // records come back failed after records rejected meanwhile, so they are
 // inserted by sequence. rs is the queue, base[off:]: the room that a round
-// leaves at the front takes its records back without moving the rest.
+// leaves at the front takes its failed records back (insertFront).
 type queue struct {
 	rs   []*pending
 	base []*pending
@@ -61,13 +61,8 @@ func (q *queue) insert(pd *pending) {
 	if i > 0 && q.rs[i-1].seq > pd.seq {
 		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
 	}
-	if q.off > 0 && i <= len(q.rs)/2 {
-		q.off--
-		copy(q.base[q.off:], q.base[q.off+1:q.off+1+i])
-	} else {
-		q.base = append(q.base, nil)
-		copy(q.base[q.off+i+1:], q.base[q.off+i:])
-	}
+	q.base = append(q.base, nil)
+	copy(q.base[q.off+i+1:], q.base[q.off+i:])
 	q.base[q.off+i] = pd
 	q.rs = q.base[q.off:]
 }

@@ -31,13 +31,11 @@ type Stats struct {
 	PartitionHoldTime map[string]map[int32]time.Duration
 }
 
-func (p *Producer) addHoldTime(topic string, part int32, d time.Duration) {
-	m := p.holdTime[topic]
-	if m == nil {
-		m = map[int32]time.Duration{}
-		p.holdTime[topic] = m
+func addHoldTime(m map[string]map[int32]time.Duration, topic string, part int32, d time.Duration) {
+	if m[topic] == nil {
+		m[topic] = map[int32]time.Duration{}
 	}
-	m[part] += d
+	m[topic][part] += d
 }
 
 // Stats returns a snapshot of the Producer's counters.
@@ -53,17 +51,11 @@ func (p *Producer) Stats() Stats {
 		Canceled:          p.st.canceled.Load(),
 		PartitionHoldTime: map[string]map[int32]time.Duration{},
 	}
-	add := func(topic string, part int32, d time.Duration) {
-		if s.PartitionHoldTime[topic] == nil {
-			s.PartitionHoldTime[topic] = map[int32]time.Duration{}
-		}
-		s.PartitionHoldTime[topic][part] += d
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for topic, m := range p.holdTime {
 		for part, d := range m {
-			add(topic, part, d)
+			addHoldTime(s.PartitionHoldTime, topic, part, d)
 		}
 	}
 	for _, t := range p.topics {
@@ -71,7 +63,7 @@ func (p *Producer) Stats() Stats {
 		for _, pt := range t.parts {
 			pt.mu.Lock()
 			s.Held += int64(pt.q.len() + len(pt.back))
-			add(t.name, pt.id, time.Since(pt.since))
+			addHoldTime(s.PartitionHoldTime, t.name, pt.id, time.Since(pt.since))
 			pt.mu.Unlock()
 		}
 		s.HeldBytes += t.heldBytes.Load()

@@ -62,7 +62,7 @@ func (t *topic) forget(pt *partition) {
 	}
 	delete(t.parts, pt.id)
 	p.lastRejection.Store(nil) // nor keep a recovered failure's error
-	p.addHoldTime(t.name, pt.id, time.Since(pt.since))
+	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
 	if pt.id < 0 {
 		t.minus.Store(false)
 		for _, o := range t.parts { // partitions waiting for the topic
