@@ -15,6 +15,7 @@
 #                        (#852: option, hook, RecoverProducePartition,
 #                        transaction refusal)
 #   b-steering           unkeyed records routed around failed partitions
+#   g-partition-bound    a per-partition buffer bound that fails a stalled partition
 #
 # Each folder holds:
 #
@@ -62,7 +63,7 @@ kfake_version=$(awk '$1 == "kfake-version" { print $2 }' "$root/upstream/PIN")
 # The PRs in the order they are sent, each with its patches (in series order).
 # A patch added to patches/series must be added here too (the check below
 # names it).
-PRS=(c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch a-fail-stop b-steering)
+PRS=(c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch a-fail-stop b-steering g-partition-bound)
 declare -A PR_PATCHES=(
 	[c-delivery-timeout]="kgo-measure-RecordDeliveryTimeout-from-when-a-record-s-batch.patch"
 	[d-lost-response]="kgo-keep-retrying-an-idempotent-batch-whose-request-may-have.patch"
@@ -70,6 +71,7 @@ declare -A PR_PATCHES=(
 	[f-kfake-epoch]="kfake-check-an-idempotent-producer-s-epoch-per-partition.patch"
 	[a-fail-stop]="kgo-add-produce-hot-path-benchmarks.patch kgo-add-FailPartitionOnProduceFailure.patch"
 	[b-steering]="kgo-route-unkeyed-records-around-failed-produce-partitions.patch"
+	[g-partition-bound]="kgo-add-MaxBufferedPartitionRecords.patch"
 )
 # PRs whose code applies alone to the pinned version:
 # "EXCLUDES|TESTFILE|TESTS|ONLY". EXCLUDES are paths (git apply --exclude)
