@@ -141,7 +141,7 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 // reports each one's median healthy-ratio (raw-ratio, korder-ratio,
 // manual-ratio). Run it with -benchtime 1x; it takes about 15 s per run.
 func BenchmarkIsolationAlternating(b *testing.B) {
-	for _, fault := range []string{"invalid", "retryablefail"} {
+	for _, fault := range []string{"invalid", "retryablefail", "retryable"} {
 		b.Run("fault="+fault, func(b *testing.B) {
 			for range b.N {
 				var ratios [3][]float64
@@ -160,7 +160,10 @@ func BenchmarkIsolationAlternating(b *testing.B) {
 	}
 }
 
-const isolationRounds = 5
+const (
+	isolationRounds         = 5
+	isolationPartitionBound = 5000
+)
 
 func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt, raw, report bool) float64 {
 	b.StopTimer()
@@ -226,6 +229,12 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 		// the window): with 100ms, it fails partition 0's records
 		// after RecordRetries(2) within the window.
 		kopts = append(kopts, kgo.MetadataMinAge(100*time.Millisecond))
+	}
+	if fault == "retryable" && !raw {
+		// A stalled partition hands its records past the bound back
+		// to korder, rather than filling the buffer every partition
+		// shares.
+		kopts = append(kopts, kgo.MaxBufferedPartitionRecords(isolationPartitionBound))
 	}
 	var p isolationProducer
 	var kp *korder.Producer

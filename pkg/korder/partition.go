@@ -74,7 +74,7 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	pd.err = err
 	pt.seen++
 	pt.failed = true
-	if !rejected {
+	if !rejected || errors.Is(err, kgo.ErrMaxBuffered) { // the failure's own record (MaxBufferedPartitionRecords)
 		pt.organic = true
 	}
 	defer pt.cond.Broadcast()
@@ -172,6 +172,12 @@ func (pt *partition) run() {
 		if err := pd.canceled(); err != nil {
 			pt.settleLocked(pd, err)
 			pt.p.st.canceled.Add(1)
+			continue
+		}
+		if !pt.settled && errors.Is(pd.err, kgo.ErrMaxBuffered) {
+			// Past kgo's MaxBufferedPartitionRecords (a stall): the
+			// rest follows once these are written, behind kgo's.
+			pt.produceLocked(0, true)
 			continue
 		}
 		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {

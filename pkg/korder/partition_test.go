@@ -252,3 +252,50 @@ func TestTopicFailureBeforePartitioning(t *testing.T) {
 		t.Errorf("no topic hold time: %+v", s)
 	}
 }
+
+// A partition whose broker keeps answering a retryable error, with kgo's
+// MaxBufferedPartitionRecords: the records past the bound come back to the
+// Producer, which holds them, so the other partition keeps being written
+// although the buffer that both share (MaxBufferedRecords) is smaller than
+// what is produced to the stalled one. Once the stall ends, everything is
+// written, in order, exactly once.
+func TestStalledPartitionHandsBackPastBound(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	p := newProducer(t, c, []kgo.Opt{kgo.MaxBufferedPartitionRecords(4), kgo.MaxBufferedRecords(8), kgo.MetadataMinAge(100 * time.Millisecond)})
+	if err := produceSync(ctx, p, rec(1, "b", -1)); err != nil { // the topic is known
+		t.Fatal(err)
+	}
+
+	stall := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
+	stalled, healthy := newPromises(), newPromises()
+	exp0, exp1 := []string{}, []string{"b--1"}
+	for i := range 20 {
+		r0, r1 := rec(0, "a", i), rec(1, "b", i)
+		p.Produce(ctx, r0, stalled.fn())
+		p.Produce(ctx, r1, healthy.fn())
+		exp0, exp1 = append(exp0, string(r0.Value)), append(exp1, string(r1.Value))
+	}
+	healthy.wait(ctx, t) // while partition 0 is still stalled
+	for r, err := range healthy.check(t) {
+		if err != nil {
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
+	if s := p.Stats(); s.Held == 0 || s.Failures != 0 {
+		t.Errorf("during the stall: held %d, failures %d; expected records held and no failure", s.Held, s.Failures)
+	}
+
+	stall.Remove()
+	stalled.wait(ctx, t)
+	for r, err := range stalled.check(t) {
+		if err != nil {
+			t.Errorf("record %s: %v", r.Value, err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectLog(ctx, t, c, topic, 0, exp0)
+	expectLog(ctx, t, c, topic, 1, exp1)
+}

@@ -175,15 +175,25 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
-	for {
-		wait, err := p.admit(pd)
-		switch {
-		case err == errDiverted:
+	for !p.isClosed() {
+		p.mu.Lock()
+		t := p.topics[pd.r.Topic]
+		p.mu.Unlock()
+		wait, dlTopic, cause := t.admit(pd.r.Key)
+		if cause != nil {
+			pd.err = cause
+			p.dl.divert(dlTopic, pd, func(err error) {
+				if err != nil {
+					p.st.stopped.Add(1) // the key is stopped, not the partition
+					p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
+					return
+				}
+				p.st.deadLettered.Add(1)
+				p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
+			})
 			return
-		case err != nil:
-			p.finish(pd, err)
-			return
-		case wait == nil:
+		}
+		if wait == nil {
 			p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
 			return
 		}
@@ -196,37 +206,7 @@ func (p *Producer) produceSlow(pd *pending) {
 		case <-p.closing:
 		}
 	}
-}
-
-var errDiverted = errors.New("diverted")
-
-// admit is Produce off the no-failure path.
-func (p *Producer) admit(pd *pending) (wait chan struct{}, err error) {
-	if p.isClosed() {
-		return nil, ErrClosed
-	}
-	p.mu.Lock()
-	t := p.topics[pd.r.Topic]
-	p.mu.Unlock()
-	if t == nil {
-		return nil, nil
-	}
-	wait, dlTopic, cause := t.admit(pd.r.Key)
-	if cause != nil {
-		pd.err = cause
-		p.dl.divert(dlTopic, pd, func(err error) {
-			if err != nil {
-				p.st.stopped.Add(1)
-				// The key is stopped, not the partition.
-				p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
-				return
-			}
-			p.st.deadLettered.Add(1)
-			p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
-		})
-		return nil, errDiverted
-	}
-	return wait, nil
+	p.finish(pd, ErrClosed)
 }
 
 // result takes a record's outcome from kgo: a failure of a failed partition
@@ -348,20 +328,16 @@ func (p *Producer) Close() {
 	p.attn.Add(1)
 	close(p.closing)
 	p.mu.Lock()
-	var parts []*partition
 	for _, t := range p.topics {
 		t.mu.Lock()
 		for _, pt := range t.parts {
-			parts = append(parts, pt)
+			pt.mu.Lock()
+			pt.cond.Broadcast()
+			pt.mu.Unlock()
 		}
 		t.mu.Unlock()
 	}
 	p.mu.Unlock()
-	for _, pt := range parts {
-		pt.mu.Lock()
-		pt.cond.Broadcast()
-		pt.mu.Unlock()
-	}
 	p.cl.Close()
 	_ = p.waitIdle(context.Background())
 }

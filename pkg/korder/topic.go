@@ -111,8 +111,12 @@ func (t *topic) setAttnLocked() {
 }
 
 // admit tells a Produce of the topic what to do: wait on the channel, divert
-// the record to the dead-letter topic (quarantined key), or go on.
+// the record to the dead-letter topic (quarantined key), or go on (as for a
+// topic with nothing kept, nil).
 func (t *topic) admit(key []byte) (wait chan struct{}, dlTopic string, cause error) {
+	if t == nil {
+		return nil, "", nil
+	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
 	if key != nil {
