@@ -176,8 +176,8 @@ func (pt *partition) run() {
 		}
 		if !pt.settled && errors.Is(pd.err, kgo.ErrMaxBuffered) {
 			// Past kgo's MaxBufferedPartitionRecords (a stall): the
-			// rest follows once these are written, behind kgo's.
-			pt.produceLocked(0, true)
+			// first goes behind kgo's, the rest once it is written.
+			pt.produceLocked(1, true)
 			continue
 		}
 		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
