@@ -174,10 +174,15 @@ func (pt *partition) run() {
 			pt.p.st.canceled.Add(1)
 			continue
 		}
-		if !pt.settled && errors.Is(pd.err, kgo.ErrMaxBuffered) {
-			// Past kgo's MaxBufferedPartitionRecords (a stall): the
-			// first goes behind kgo's, the rest once it is written.
-			pt.produceLocked(1, true)
+		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) {
+			// Past kgo's MaxBufferedPartitionRecords (a stall): one
+			// goes behind kgo's; once it is written, the rest follow
+			// in rounds of the bound, not flooding kgo's buffer.
+			n := 1
+			if pt.settled {
+				n = int(pt.p.bound)
+			}
+			pt.produceLocked(n, true)
 			continue
 		}
 		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {

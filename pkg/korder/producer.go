@@ -21,8 +21,9 @@ type Producer struct {
 	dl     *deadLetters
 
 	defaultTopic string
-	always       bool // kgo.DefaultProduceTopicAlways
-	lingers      bool // the client lingers or flushes manually: rounds flush it
+	always       bool  // kgo.DefaultProduceTopicAlways
+	lingers      bool  // the client lingers or flushes manually: rounds flush it
+	bound        int64 // kgo.MaxBufferedPartitionRecords
 
 	// The no-failure path: in numbers the records (and counts them in), out
 	// counts the promises that returned; each is written by one side only
@@ -87,6 +88,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
 	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
 	p.lingers = linger > 0 || manual
+	p.bound, _ = cl.OptValue(kgo.MaxBufferedPartitionRecords).(int64)
 	return p, nil
 }
 

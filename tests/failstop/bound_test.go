@@ -17,9 +17,9 @@ import (
 // NOT_ENOUGH_REPLICAS, which kgo retries without end. Without a bound, its
 // records take the buffer that every partition shares (MaxBufferedRecords),
 // and producing to partition 1 blocks. With MaxBufferedPartitionRecords,
-// the record past the bound fails the partition (no hook, a cause wrapping
-// ErrMaxBuffered) and is rejected with the ones after it; partition 1 keeps
-// being written. Once the stall ends and the buffered records are written,
+// once partition 0 retries its first batch, the record past the bound fails
+// the partition (no hook, a cause wrapping ErrMaxBuffered) and is rejected
+// with the ones after it; partition 1 keeps being written. Once the stall ends and the buffered records are written,
 // RecoverProducePartition produces the rejected ones, in order.
 func TestPartitionBoundIsolatesStall(t *testing.T) {
 	ctx := testCtx(t)
@@ -32,6 +32,11 @@ func TestPartitionBoundIsolatesStall(t *testing.T) {
 
 	stall := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 	stalled := produceAsync(ctx, cl, recs(topic, 0, 0, 3)...)
+	// The third answer comes after kgo handled the second: the partition
+	// retries its first batch from then on.
+	if err := stall.Wait(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
 	over := await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...))
 	for _, r := range over {
 		if !errors.Is(r.err, kgo.ErrProducePartitionFailed) || !errors.Is(r.err, kgo.ErrMaxBuffered) {
