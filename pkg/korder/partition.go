@@ -92,7 +92,7 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
 	}
-	if pt.inRound[pd.r] == pd && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
+	if len(pt.inRound) > 0 && pd.round == pt.round && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
 		pt.back = append(pt.back, pd) // kgo fails a round's records in order
 	} else {
 		pt.q.insert(pd)
