@@ -41,10 +41,11 @@
 // ErrStopped, and Resume resumes it. A quarantined key is quarantined in its
 // topic.
 //
-// With kgo.MaxBufferedPartitionRecords in the client's options, a partition
-// that a broker stalls (a retryable error) rejects its records past the bound
-// instead of filling kgo's shared buffer: the Producer holds them, and
-// produces them again once the partition's buffered records are written.
+// With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
+// otherwise), a partition that a broker stalls (a retryable error) rejects its
+// records past the bound instead of filling kgo's shared buffer: the Producer
+// holds them, and once the partition's buffered records are written produces
+// them again, in rounds of the bound.
 //
 // Produce blocks only while its topic is held: while a recovering partition
 // of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless

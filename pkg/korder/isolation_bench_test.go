@@ -44,9 +44,10 @@ import (
 //     whole broker connection (sink) before each retry, so with brokers=1
 //     every partition waits: that measures kgo, not korder. kgo retries
 //     only after a metadata refresh, at most every MetadataMinAge (5s), so
-//     it fails nothing within the window: partition 0's records fill
-//     kgo's MaxBufferedRecords, and Produce blocks for every partition,
-//     with raw kgo as with korder (BenchmarkIsolationRaw).
+//     it fails nothing within the window: with raw kgo
+//     (BenchmarkIsolationRaw), partition 0's records fill kgo's
+//     MaxBufferedRecords, and Produce blocks for every partition; korder's
+//     default kgo.MaxBufferedPartitionRecords(10000) hands them back.
 //   - fault=retryablefail: fault=retryable with MetadataMinAge(100ms), so
 //     that kgo fails partition 0's records after RecordRetries(2) within
 //     the window (the korder issue's "retryable error that kgo fails
@@ -160,10 +161,7 @@ func BenchmarkIsolationAlternating(b *testing.B) {
 	}
 }
 
-const (
-	isolationRounds         = 5
-	isolationPartitionBound = 5000
-)
+const isolationRounds = 5
 
 func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt, raw, report bool) float64 {
 	b.StopTimer()
@@ -229,12 +227,6 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 		// the window): with 100ms, it fails partition 0's records
 		// after RecordRetries(2) within the window.
 		kopts = append(kopts, kgo.MetadataMinAge(100*time.Millisecond))
-	}
-	if fault == "retryable" && !raw {
-		// A stalled partition hands its records past the bound back
-		// to korder, rather than filling the buffer every partition
-		// shares.
-		kopts = append(kopts, kgo.MaxBufferedPartitionRecords(isolationPartitionBound))
 	}
 	var p isolationProducer
 	var kp *korder.Producer

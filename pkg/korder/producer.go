@@ -58,8 +58,9 @@ type Producer struct {
 
 // NewProducer returns a Producer around a new kgo client built from kopts,
 // with kgo.FailPartitionOnProduceFailure and the Producer's failure hook
-// added. opts configure the Producer; without WithPolicies, the policies are
-// Retry(3, 100ms) then Stop.
+// added, and kgo.MaxBufferedPartitionRecords(10000) unless kopts set it
+// (kgo.MaxBufferedPartitionRecords(0) turns it off). opts configure the
+// Producer; without WithPolicies, the policies are Retry(3, 100ms) then Stop.
 func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:      defaultConfig(),
@@ -77,7 +78,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.decide = chain(p.cfg.policies, &p.st)
 	p.ring.Store(p.newCarrierRing(minCarriers))
 	p.dl = newDeadLetters(p.cfg.policies)
-	all := append(append([]kgo.Opt(nil), kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
+	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, err

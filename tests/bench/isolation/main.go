@@ -16,9 +16,10 @@
 // raw kgo is kgo as upstream ships it (no FailPartitionOnProduceFailure):
 // kgo keeps partition 0's records and retries them, and they fill its
 // MaxBufferedRecords, so Produce blocks for every partition. korder runs
-// with kgo.MaxBufferedPartitionRecords(5000): partition 0's records past
-// the bound come back to korder, which holds them and produces them again
-// once partition 0 drains, so the other partitions keep kgo's buffer.
+// with its default kgo.MaxBufferedPartitionRecords(10000): partition 0's
+// records past the bound come back to korder, which holds them and produces
+// them again once partition 0 drains, so the other partitions keep kgo's
+// buffer.
 package main
 
 import (
@@ -120,7 +121,7 @@ func run(w *bufio.Writer, mode string, partitions int, before, faultFor, after, 
 	kopts := []kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordRetries(2)}
 	var p producer
 	if mode == "korder" {
-		kp, err := korder.NewProducer(append(kopts, kgo.MaxBufferedPartitionRecords(5000)), korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond)))
+		kp, err := korder.NewProducer(kopts, korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond)))
 		if err != nil {
 			return err
 		}
