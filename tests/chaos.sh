@@ -21,8 +21,10 @@
 #
 # Env: CHAOS_SECONDS (per side), CHAOS_SEED (first seed, default 1000, the
 # same on both sides), CHAOS_KINDS (only these producer kinds, e.g.
-# "idempotent transactional"; default all), CHAOS_OUT (where histories of violating runs are kept;
-# default a temporary directory that is removed).
+# "idempotent transactional"; default all), CHAOS_KORDER_BOUND (n: korder's
+# client gets kgo.MaxBufferedPartitionRecords(n), so that a small n drives
+# its stalled-partition path), CHAOS_OUT (where histories of violating runs
+# are kept; default a temporary directory that is removed).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 secs=${CHAOS_SECONDS:-60}

@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,8 +33,15 @@ func korderPolicies(side string) []korder.Policy {
 	panic("unknown korder side " + side)
 }
 
-// newOrderedProducer builds the korder.Producer of a modeKorder run.
+// newOrderedProducer builds the korder.Producer of a modeKorder run. With
+// CHAOS_KORDER_BOUND=n, its client gets kgo.MaxBufferedPartitionRecords(n)
+// (korder's default is 10000, which these runs never reach): a small n makes
+// every partition that retries its first batch hand its later records back
+// to korder.
 func newOrderedProducer(rc runConfig, opts []kgo.Opt) (orderedProducer, *kgo.Client, error) {
+	if n, err := strconv.Atoi(os.Getenv("CHAOS_KORDER_BOUND")); err == nil {
+		opts = append(slices.Clip(opts), kgo.MaxBufferedPartitionRecords(n))
+	}
 	p, err := korder.NewProducer(opts, korder.WithPolicies(korderPolicies(sides[rc.side])...))
 	if err != nil {
 		return nil, nil, err
