@@ -45,7 +45,7 @@ type partition struct {
 	holding   bool   // the worker holds the topic: records missing under load
 	full      bool   // at MaxHeld (the topic's full count includes it)
 	inRound   map[*kgo.Record]*pending
-	back      []*pending // the round's records that came back failed, in order: q takes them at its end
+	back      []*pending // the round's records that came back failed, in order: back in q when it ends
 	round     uint64     // the last round sent
 	failedRd  bool       // a record of the last round failed
 	roundRest bool       // the last round was a Retry's first batch: the rest follows
