@@ -1,7 +1,6 @@
 package korder_test
 
 import (
-	"runtime/pprof"
 	"context"
 	"errors"
 	"os"
@@ -104,7 +103,6 @@ func TestNoLostWakeup(t *testing.T) {
 		wg.Wait()
 		fctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		if err := p.Flush(fctx); err != nil {
-			pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
 			t.Fatalf("run %d: Flush: %v; stats %+v", run, err, p.Stats())
 		}
 		cancel()
