@@ -64,7 +64,9 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
-	if !pt.failed && !pt.failedInKgoLocked() {
+	// Without the hook (a record of a recovery that kgo fails as it buffers
+	// it, a partition bound), kgo is asked whether the partition is failed.
+	if !pt.failed && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) == nil {
 		// kgo failed the record without failing its partition (a
 		// fatal producer ID error, an abort, a purge), or rejected it
 		// for a failure it recovered by itself since (an abort): it
@@ -101,14 +103,6 @@ func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
 	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
-}
-
-// failedInKgoLocked asks kgo whether it has the partition failed. The
-// Producer learns of every failure from the hook, before the failure's
-// records come back, except of a record of a recovery that kgo fails as it
-// buffers it (too large): kgo then keeps the partition failed, with no hook.
-func (pt *partition) failedInKgoLocked() bool {
-	return pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) != nil
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -314,6 +308,12 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if strings.HasSuffix(err.Error(), "it is not failed") {
 			pt.unprotectedLocked()
 			return
+		}
+		if !strings.HasSuffix(err.Error(), "are not seen") {
+			// Not for records missing (kgo does not know the
+			// partition during a metadata update): no arrival
+			// wakes the worker, so it tries again shortly.
+			time.AfterFunc(100*time.Millisecond, func() { pt.mu.Lock(); pt.cond.Broadcast(); pt.mu.Unlock() })
 		}
 		pt.cond.Wait()
 	}
