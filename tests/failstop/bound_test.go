@@ -19,8 +19,9 @@ import (
 // and producing to partition 1 blocks. With MaxBufferedPartitionRecords,
 // once partition 0 retries its first batch, the record past the bound fails
 // the partition (no hook, a cause wrapping ErrMaxBuffered) and is rejected
-// with the ones after it; partition 1 keeps being written. Once the stall ends and the buffered records are written,
-// RecoverProducePartition produces the rejected ones, in order.
+// with the ones after it; partition 1 keeps being written. Once the stall
+// ends and the buffered records are written, RecoverProducePartition
+// produces the rejected ones, in order.
 func TestPartitionBoundIsolatesStall(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2, topic)
