@@ -42,11 +42,10 @@
 // topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
-// otherwise; keep it well below kgo.MaxBufferedRecords, or it never applies),
-// a partition that a broker stalls (a retryable error) rejects its records
-// past the bound instead of filling kgo's shared buffer: the Producer holds
-// them, and once the partition's buffered records are written produces them
-// again, in rounds of the bound.
+// otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
+// broker stalls rejects its records past the bound instead of filling kgo's
+// shared buffer: the Producer holds them, and produces them again in rounds
+// of the bound once the partition's buffered records are written.
 //
 // Produce blocks only while its topic is held: while a recovering partition
 // of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless

@@ -305,14 +305,12 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if err == nil {
 			return
 		}
-		if strings.HasSuffix(err.Error(), "it is not failed") {
+		if msg := err.Error(); strings.HasSuffix(msg, "it is not failed") {
 			pt.unprotectedLocked()
 			return
-		}
-		if !strings.HasSuffix(err.Error(), "are not seen") {
-			// Not for records missing (kgo does not know the
-			// partition during a metadata update): no arrival
-			// wakes the worker, so it tries again shortly.
+		} else if !strings.HasSuffix(msg, "are not seen") {
+			// kgo briefly did not know the partition: no arrival
+			// will wake the worker, so it tries again shortly.
 			time.AfterFunc(100*time.Millisecond, func() { pt.mu.Lock(); pt.cond.Broadcast(); pt.mu.Unlock() })
 		}
 		pt.cond.Wait()
@@ -462,9 +460,8 @@ func (pt *partition) resumeLocked(seq uint64) {
 		// the partition now, and the worker ends at once.
 		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0
 	} else {
-		// Whatever is kept from now on was rejected because of the
-		// Stop, not for a fault of its own: it goes whole, past the
-		// policies.
+		// What is kept from now on was rejected for the Stop, not
+		// for a fault of its own: it goes whole, past the policies.
 		pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
 		pt.settled, pt.organic = true, true
 	}

@@ -136,6 +136,11 @@ func (t *topic) admit(key []byte) (wait chan struct{}, dlTopic string, cause err
 func (t *topic) quarantineRoom(key []byte) bool {
 	t.amu.Lock()
 	defer t.amu.Unlock()
+	return t.roomLocked(key)
+}
+
+// roomLocked: key needs no room (nil, or quarantined), or has it. Under amu.
+func (t *topic) roomLocked(key []byte) bool {
 	_, ok := t.quarantine[string(key)]
 	return key == nil || ok || len(t.quarantine) < t.p.cfg.maxQuarantined
 }
@@ -143,7 +148,7 @@ func (t *topic) quarantineRoom(key []byte) bool {
 func (t *topic) addQuarantine(key []byte, dlTopic string, cause error) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	if _, ok := t.quarantine[string(key)]; ok || key == nil || len(t.quarantine) >= t.p.cfg.maxQuarantined {
+	if _, ok := t.quarantine[string(key)]; ok || !t.roomLocked(key) {
 		return
 	}
 	if t.quarantine == nil {
