@@ -36,7 +36,7 @@
 // partition costs nothing, and a recovered one is forgotten. A failure kgo reports for a whole topic
 // (partition -1: the topic's partitions were not known, for example an
 // unknown topic) has a state machine too; while it recovers, the topic's
-// partitions wait for it (kgo makes records produced meanwhile wait). Stop
+// partitions wait for it (kgo rejects records produced meanwhile). Stop
 // stops only the failed partition: kgo keeps it failed, its records fail with
 // ErrStopped, and Resume resumes it. A quarantined key is quarantined in its
 // topic.
