@@ -9,24 +9,23 @@ import (
 )
 
 // A carrier takes a record on the no-failure path to its promise: the
-// record's context and promise, and, in state, the lap of the ring its
-// number is in (so that the number need not be stored) and whether the
-// carrier is busy. Its kgo promise is bound once, when the ring is made, so
-// a record costs no closure and no allocation.
+// record's promise and, in state, the lap of the ring its number is in (so
+// that the number need not be stored) and whether it is busy. The record's
+// context travels in the record's Context (kgo sets it to Produce's anyway).
+// Its kgo promise is bound once, when the ring is made: no closure, no
+// allocation.
 //
-// Carriers live in a ring, indexed by the record's number (seq&mask): 32
-// bytes each, two to a cache line, written in Produce order (a sync.Pool
-// missed on every Get: a promise runs on another P than its Produce).
-//
-// A record whose slot is still busy (the record a lap before it is still
-// in flight) takes a closure instead: a claim is a compare-and-swap, so two
-// records cannot both take a slot. A ring that misses often, because more
-// records are in flight than it has carriers, grows (see missed); records
-// whose carrier is in the old ring finish in it, and the old ring is
-// garbage once they have.
+// Carriers live in a ring, indexed by the record's number (seq&mask): 16
+// bytes each, four to a cache line, written in Produce order (a sync.Pool
+// missed on every Get: a promise runs on another P than its Produce). A
+// record whose slot is busy (the record a lap before it is in flight), or
+// with a Context of its own, takes a closure instead: a claim is a
+// compare-and-swap, so two records cannot both take a slot. A ring that
+// misses often, because more records are in flight than it has carriers,
+// grows (see missed); records whose carrier is in the old ring finish in
+// it, and the old ring is garbage once they have.
 type carrier struct {
 	state   atomic.Uint64 // lap<<1 | busy
-	ctx     context.Context
 	promise func(*kgo.Record, error)
 }
 
@@ -38,7 +37,7 @@ type carrierRing struct {
 }
 
 // minCarriers is the size of a Producer's first ring, and maxCarriers the
-// most a ring may have (72 bytes each, with the bound promise): records in
+// most a ring may have (56 bytes each, with the bound promise): records in
 // flight beyond it allocate.
 const (
 	minCarriers = 256
@@ -62,16 +61,19 @@ func (p *Producer) newCarrierRing(size int) *carrierRing {
 // carry gives a record to kgo, with a carrier for its promise if its slot
 // is free, else with a closure.
 func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64) {
-	if rg := p.ring.Load(); rg != nil {
-		i := seq & rg.mask
-		c := &rg.slots[i]
-		if st := c.state.Load(); st&1 == 0 && c.state.CompareAndSwap(st, (seq>>rg.shift)<<1|1) {
-			c.ctx, c.promise = ctx, promise
-			p.cl.Produce(ctx, r, rg.dones[i])
-			return
+	if r.Context == nil {
+		r.Context = ctx
+		if rg := p.ring.Load(); rg != nil {
+			i := seq & rg.mask
+			c := &rg.slots[i]
+			if st := c.state.Load(); st&1 == 0 && c.state.CompareAndSwap(st, (seq>>rg.shift)<<1|1) {
+				c.promise = promise
+				p.cl.Produce(ctx, r, rg.dones[i])
+				return
+			}
 		}
+		p.missed()
 	}
-	p.missed()
 	p.cl.Produce(ctx, r, func(r *kgo.Record, err error) { p.outcome(seq, ctx, promise, r, err) })
 }
 
@@ -80,10 +82,10 @@ func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.R
 func (p *Producer) carried(rg *carrierRing, idx uint64, r *kgo.Record, err error) {
 	c := &rg.slots[idx]
 	st := c.state.Load()
-	ctx, promise := c.ctx, c.promise
-	c.ctx, c.promise = nil, nil
+	promise := c.promise
+	c.promise = nil
 	c.state.Store(st &^ 1)
-	p.outcome((st>>1)<<rg.shift|idx, ctx, promise, r, err)
+	p.outcome((st>>1)<<rg.shift|idx, r.Context, promise, r, err)
 }
 
 // outcome takes a record's outcome from kgo on the no-failure path.

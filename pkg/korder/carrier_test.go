@@ -86,7 +86,7 @@ func TestCarrierRing(t *testing.T) {
 		t.Errorf("ring of %d carriers, expected it grown from 4", len(rg.slots))
 	}
 	for i := range rg.slots {
-		if c := &rg.slots[i]; c.state.Load()&1 != 0 || c.ctx != nil || c.promise != nil {
+		if c := &rg.slots[i]; c.state.Load()&1 != 0 || c.promise != nil {
 			t.Fatalf("carrier %d not clean after Flush", i)
 		}
 	}

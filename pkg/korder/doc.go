@@ -71,9 +71,7 @@
 // # Cost
 //
 // While nothing is wrong, Produce takes no lock and allocates nothing per
-// record: a sequence number (an atomic add on a counter only producing
-// goroutines write), a load of one read-mostly word, and a carrier for the
-// promise from a ring indexed by the sequence number, claimed with a
-// compare-and-swap (carrier.go). kgo's promise goroutine frees the carrier
-// and counts the record out on a counter only it writes.
+// record: a sequence number (an atomic add), a load of one read-mostly word,
+// and a carrier for the promise, claimed with a compare-and-swap
+// (carrier.go). kgo's promise goroutine frees it and counts the record out.
 package korder
