@@ -17,15 +17,14 @@ import (
 // settled or produced again, and while it is stopped; a healthy partition
 // has none.
 //
-// While kgo has the partition failed, kgo rejects every later record of it,
-// and each failed or rejected record comes back to the Producer in its
-// promise: the partition collects them (q, in Produce order) and counts them
-// (seen). One worker goroutine settles them, the earliest first, through the
-// policies. Records to produce again are handed back with
-// RecoverProducePartition, which buffers them at the partition's front and
-// un-fails it in one step, and refuses while kgo failed or rejected records
-// that have not come back yet: the worker then waits for them and calls
-// again. Everything is under mu; the worker waits on cond, which every
+// While kgo has the partition failed, it rejects every later record of it;
+// each failed or rejected record comes back in its promise, and the
+// partition collects them (q, in Produce order) and counts them (seen). One
+// worker goroutine settles them, the earliest first, through the policies,
+// and hands records to produce again back with RecoverProducePartition,
+// which buffers them at the partition's front and un-fails it in one step,
+// and refuses while records have not come back yet: the worker then waits
+// for them. Everything is under mu; the worker waits on cond, which every
 // change signals, so no wake-up is lost.
 type partition struct {
 	p  *Producer
@@ -248,7 +247,7 @@ func (pt *partition) stopLocked(cause error) {
 	err := stoppedErr(cause)
 	// Only the records kept now: a Resume while the lock is released for
 	// a promise keeps the records produced after it (arriveLocked).
-	rs := pt.q.all()
+	rs := pt.q.take(0, pt.q.len())
 	for _, pd := range rs {
 		pt.t.heldBytes.Add(-pd.size())
 	}
@@ -370,7 +369,9 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	}
 	pt.checkFullLocked()
 	pt.roundEnd = make(chan struct{})
-	pt.p.flushUntil(pt.roundEnd)
+	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
+		pt.p.flushUntil(pt.roundEnd)
+	}
 	return nil
 }
 

@@ -23,6 +23,7 @@ type Producer struct {
 	defaultTopic string
 	always       bool  // kgo.DefaultProduceTopicAlways
 	lingers      bool  // the client lingers or flushes manually: rounds flush it
+	manual       bool  // kgo.ManualFlushing
 	bound        int64 // kgo.MaxBufferedPartitionRecords
 
 	// The no-failure path: in numbers the records (and counts them in), out
@@ -87,8 +88,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.defaultTopic, _ = cl.OptValue(kgo.DefaultProduceTopic).(string)
 	p.always, _ = cl.OptValue(kgo.DefaultProduceTopicAlways).(bool)
 	linger, _ := cl.OptValue(kgo.ProducerLinger).(time.Duration)
-	manual, _ := cl.OptValue(kgo.ManualFlushing).(bool)
-	p.lingers = linger > 0 || manual
+	p.manual, _ = cl.OptValue(kgo.ManualFlushing).(bool)
+	p.lingers = linger > 0 || p.manual
 	p.bound, _ = cl.OptValue(kgo.MaxBufferedPartitionRecords).(int64)
 	return p, nil
 }

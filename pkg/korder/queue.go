@@ -115,8 +115,6 @@ func (q *queue) take(i, j int) []*pending {
 	return out
 }
 
-func (q *queue) all() []*pending { return q.take(0, len(q.rs)) }
-
 // countFront counts the records from the front that were sent in round.
 func (q *queue) countFront(round uint64) int {
 	n := 0

@@ -204,9 +204,10 @@ func TestBlockedProduceCanceled(t *testing.T) {
 //
 // metadata-loaded: with ManualPartitioner the record's partition is known,
 // so only partition 0 fails; the records buffered before the failure are
-// written. before-metadata: the partition is not known, so the whole topic
-// fails (partition -1); the records produced before the failure, still
-// waiting for the topic's metadata, are written all the same.
+// written. before-metadata: the partition is not known (the cluster holds
+// metadata requests until the failure), so the whole topic fails (partition
+// -1); the records produced before the failure, still waiting for the
+// topic's metadata, are written all the same.
 func TestMaxBufferedFailsTopic(t *testing.T) {
 	for _, warm := range []bool{true, false} {
 		name := "metadata-loaded"
@@ -220,6 +221,16 @@ func TestMaxBufferedFailsTopic(t *testing.T) {
 func testMaxBuffered(t *testing.T, warm bool) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1, topic)
+	release := make(chan struct{})
+	if warm {
+		close(release)
+	} else {
+		c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			c.SleepControl(func() { <-release })
+			return nil, nil, false
+		})
+	}
 	h := newFailHook()
 	cl := newClient(t, c, append([]kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing(), kgo.MaxBufferedRecords(2),
@@ -245,6 +256,9 @@ func testMaxBuffered(t *testing.T, warm bool) {
 	}
 	checkEvent(t, h.wait(ctx, t), topic, failed, kgo.ErrMaxBuffered)
 	orig := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
+	if !warm {
+		close(release)
+	}
 
 	// What was buffered (and partitioned) before the failure is written.
 	if err := cl.Flush(ctx); err != nil {
