@@ -145,16 +145,19 @@ func BenchmarkIsolationAlternating(b *testing.B) {
 	for _, fault := range []string{"invalid", "retryablefail", "retryable"} {
 		b.Run("fault="+fault, func(b *testing.B) {
 			for range b.N {
-				var ratios [3][]float64
+				var ratios, cpuRatios [3][]float64
 				for round := range isolationRounds {
 					for k := range 3 {
 						i := (round + k) % 3
-						ratios[i] = append(ratios[i], isolationRunWith(b, 2, fault, i == 2, nil, i == 0, false))
+						r, c := isolationRunWith(b, 2, fault, i == 2, nil, i == 0, false)
+						ratios[i], cpuRatios[i] = append(ratios[i], r), append(cpuRatios[i], c)
 					}
 				}
-				for i, unit := range []string{"raw-ratio", "korder-ratio", "manual-ratio"} {
+				for i, unit := range []string{"raw", "korder", "manual"} {
 					slices.Sort(ratios[i])
-					b.ReportMetric(ratios[i][len(ratios[i])/2], unit)
+					slices.Sort(cpuRatios[i])
+					b.ReportMetric(ratios[i][len(ratios[i])/2], unit+"-ratio")
+					b.ReportMetric(cpuRatios[i][len(cpuRatios[i])/2], unit+"-cpu-ratio")
 				}
 			}
 		})
@@ -163,7 +166,7 @@ func BenchmarkIsolationAlternating(b *testing.B) {
 
 const isolationRounds = 5
 
-func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt, raw, report bool) float64 {
+func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts []korder.Opt, raw, report bool) (ratio, cpuRatio float64) {
 	b.StopTimer()
 	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.SeedTopics(isolationPartitions, topic), kfake.BlackholeProduce())
 	if err != nil {
@@ -274,14 +277,18 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 			}
 		})
 	}
-	rate := func() float64 {
-		start, n := time.Now(), healthy.Load()
+	// rate returns the healthy records written per second in a window,
+	// and per second of the process's CPU time: CPU time that the machine
+	// took from the process (steal) does not count in the second.
+	rate := func() (perSec, perCPU float64) {
+		start, n, cpu := time.Now(), healthy.Load(), processCPU()
 		time.Sleep(isolationWindow)
-		return float64(healthy.Load()-n) / time.Since(start).Seconds()
+		h := float64(healthy.Load() - n)
+		return h / time.Since(start).Seconds(), h / max(processCPU()-cpu, 1).Seconds()
 	}
 	time.Sleep(isolationWindow / 4) // warm-up
 	b.StartTimer()
-	base := rate()
+	base, baseCPU := rate()
 	var h *kfake.FaultHandle
 	switch fault {
 	case "hold":
@@ -292,7 +299,7 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 	case "retryable", "retryablefail":
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 	}
-	faulted := rate()
+	faulted, faultedCPU := rate()
 	b.StopTimer()
 	if h != nil {
 		h.Remove()
@@ -307,14 +314,16 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 	if err := p.Flush(fctx); err != nil {
 		b.Fatal(err)
 	}
+	ratio, cpuRatio = faulted/base, faultedCPU/baseCPU
 	if !report {
-		return faulted / base
+		return ratio, cpuRatio
 	}
-	b.ReportMetric(faulted/base, "healthy-ratio")
+	b.ReportMetric(ratio, "healthy-ratio")
+	b.ReportMetric(cpuRatio, "healthy-cpu-ratio")
 	b.ReportMetric(base, "healthy-records/s")
 	b.ReportMetric(float64(failed.Load()), "failed-records")
 	if raw {
-		return faulted / base
+		return ratio, cpuRatio
 	}
 	s := kp.Stats()
 	var hold time.Duration
@@ -327,5 +336,5 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 		// learned holds).
 		b.ReportMetric(float64(s.PartitionHoldTime[topic][-1])/float64(time.Second), "topic-hold-s")
 	}
-	return faulted / base
+	return ratio, cpuRatio
 }

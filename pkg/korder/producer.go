@@ -289,9 +289,8 @@ func (p *Producer) waitIdle(ctx context.Context) error {
 	}
 }
 
-// flushUntil flushes the client until done is closed, if the client would
-// otherwise linger on (or, flushing manually, never send) the records of a
-// recovery round or a dead-letter write.
+// flushUntil flushes the client until done is closed, if it would linger on
+// (or never send) the records of a recovery round or a dead-letter write.
 func (p *Producer) flushUntil(done chan struct{}) {
 	if !p.lingers {
 		return
