@@ -211,6 +211,9 @@ func (pt *partition) run() {
 		case actStop:
 			pt.stopLocked(a.err)
 		case actProduce:
+			if a.rest && pt.p.bound > 0 && (a.n == 0 || a.n > int(pt.p.bound)) {
+				a.n = int(pt.p.bound) // a stall's failed batch is the bound's
+			}
 			pt.produceLocked(a.n, a.rest)
 		}
 	}

@@ -44,8 +44,8 @@ type Policy struct {
 // attempt, then passes the record on. Each attempt produces the records that
 // failed with the record (its batch) first, and the rest of the partition's
 // records only once those are written, so that an attempt that fails again
-// costs the batch, not everything kept meanwhile. An attempt lingers as any
-// record does (kgo.ProducerLinger): it does not flush the client.
+// costs the batch (at most kgo.MaxBufferedPartitionRecords records), not
+// everything kept meanwhile. An attempt lingers as any record does.
 //
 // A record that failed with an error wrapping kgo.ErrPossiblyWritten (its
 // batch may already be in the log) is not known to be unwritten: by default

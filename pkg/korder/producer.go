@@ -134,13 +134,10 @@ func (p *Producer) lockPartition(name string, id int32, make, route bool) *parti
 	if route && id >= 0 && t.parts[id] == nil && t.minus.Load() {
 		id = -1 // not partitioned: the topic's failure
 	}
-	pt := t.parts[id]
-	if pt == nil {
-		if !make {
-			return nil
-		}
-		pt = t.partitionLocked(id)
+	if t.parts[id] == nil && !make {
+		return nil
 	}
+	pt := t.partitionLocked(id)
 	pt.mu.Lock()
 	return pt
 }
