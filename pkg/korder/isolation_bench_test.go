@@ -2,6 +2,8 @@ package korder_test
 
 import (
 	"context"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -288,7 +290,23 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 	}
 	time.Sleep(isolationWindow / 4) // warm-up
 	b.StartTimer()
+	prof := os.Getenv("KORDER_ISOLATION_PROFILE") // FILE: FILE.base and FILE.fault, the windows' CPU profiles
+	profile := func(suffix string) func() {
+		if prof == "" {
+			return func() {}
+		}
+		f, err := os.Create(prof + suffix)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		return func() { pprof.StopCPUProfile(); f.Close() }
+	}
+	stopProfile := profile(".base")
 	base, baseCPU := rate()
+	stopProfile()
 	var h *kfake.FaultHandle
 	switch fault {
 	case "hold":
@@ -299,7 +317,9 @@ func isolationRunWith(b *testing.B, brokers int, fault string, manual bool, opts
 	case "retryable", "retryablefail":
 		h = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 	}
+	stopProfile = profile(".fault")
 	faulted, faultedCPU := rate()
+	stopProfile()
 	b.StopTimer()
 	if h != nil {
 		h.Remove()
