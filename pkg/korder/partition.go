@@ -61,8 +61,7 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 }
 
 // arriveLocked takes a failed or rejected record of the partition.
-func (pt *partition) arriveLocked(pd *pending, err error) (settle error) {
-	rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
+func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
 	// Without the hook (a record of a recovery that kgo fails as it buffers
 	// it, a partition bound), kgo is asked whether the partition is failed.
 	if !pt.failed && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) == nil {

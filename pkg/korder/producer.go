@@ -220,7 +220,7 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 			id = -1 // rejected by kgo's failure of the whole topic
 		}
 		if pt := p.lockPartition(r.Topic, id, rejected, true); pt != nil {
-			settle := pt.arriveLocked(pd, err)
+			settle := pt.arriveLocked(pd, err, rejected)
 			pt.mu.Unlock()
 			if settle == nil {
 				return
