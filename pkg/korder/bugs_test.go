@@ -587,3 +587,33 @@ func holdPromises(ctx context.Context, t *testing.T, p *korder.Producer, r *kgo.
 	waitOn(ctx, t, blocked, string(r.Key)+"'s promise")
 	return release
 }
+
+// A partition the Producer keeps retrying whose topic the application purges
+// from the client: kgo no longer knows the partition, so nothing orders the
+// kept records against later ones; they fail with their own error, and Flush
+// returns. They were retried every 100ms for ever, and Flush hung.
+func TestPurgedTopicSettlesKeptRecords(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+	defer h.Remove()
+	hook, failed := failedHook()
+	p := newProducer(t, c, []kgo.Opt{hook}, korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond)))
+	ps := newPromises()
+	for i := range 3 {
+		p.Produce(ctx, rec(0, "a", i), ps.fn())
+	}
+	waitOn(ctx, t, failed, "partition 0's failure")
+	p.Client().PurgeTopicsFromClient(topic)
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	ps.wait(wctx, t)
+	for r, err := range ps.check(t) {
+		if err == nil {
+			t.Errorf("%s: written although every produce to its partition fails", r.Value)
+		}
+	}
+	if err := p.Flush(wctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -152,7 +152,9 @@ func (pt *partition) run() {
 				pt.endLocked(nil)
 				return
 			}
-			if pt.recoverLocked(0, false) != nil { // nothing to produce again: un-fail
+			if err := pt.recoverLocked(0, false); err != nil && !missing(err) { // nothing to produce again: un-fail
+				pt.unprotectedLocked(err)
+			} else if err != nil {
 				pt.cond.Wait()
 			}
 			continue
@@ -306,25 +308,24 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		if err == nil {
 			return
 		}
-		if msg := err.Error(); strings.HasSuffix(msg, "it is not failed") {
-			pt.unprotectedLocked()
+		if !missing(err) {
+			pt.unprotectedLocked(err)
 			return
-		} else if !strings.HasSuffix(msg, "are not seen") {
-			// kgo briefly did not know the partition: no arrival
-			// will wake the worker, so it tries again shortly.
-			time.AfterFunc(100*time.Millisecond, func() { pt.mu.Lock(); pt.cond.Broadcast(); pt.mu.Unlock() })
 		}
 		pt.cond.Wait()
 	}
 }
 
+// missing returns whether kgo refused a recovery because records of the
+// partition have not come back yet; any other refusal is for good.
+func missing(err error) bool { return strings.HasSuffix(err.Error(), "are not seen") }
+
 // unprotectedLocked settles the kept records, each with the error kgo failed
-// it with, once kgo refuses to recover the partition because it is not
-// failed: kgo recovered it by itself (a transaction abort recovers every
-// failed partition; a purge), so nothing orders the records against those
-// produced since, and they belong to what was aborted or purged.
-func (pt *partition) unprotectedLocked() {
-	pt.p.logf(kgo.LogLevelWarn, "korder: partition recovered outside the Producer (transaction abort?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len())
+// it with, once kgo refuses to recover the partition for good: a transaction
+// abort recovered it, or a purge of its topic forgot it. Nothing orders them
+// against later records, and they belong to what was aborted or purged.
+func (pt *partition) unprotectedLocked(err error) {
+	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
 	pt.failed, pt.seen, pt.organic, pt.settled, pt.suspectRd = false, 0, false, false, 0
 	pt.releaseLocked()
 	for pt.q.len() > 0 {
