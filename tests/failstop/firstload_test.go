@@ -1,0 +1,73 @@
+//go:build !pristine
+
+package failstop_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type partitionedFunc func(*kgo.Record, int32)
+
+func (f partitionedFunc) OnProduceRecordPartitioned(r *kgo.Record, node int32) { f(r, node) }
+
+// kgo stores a new topic's partitions only once the records that waited for
+// them are buffered, and one of those can fail before: here A fails on
+// partition 0 while B, the next waiting record, is held in its partitioned
+// hook. A recovery from A's promise must wait for the partitions; it was
+// refused ("the client does not know it"), and korder then gave up the
+// partition's kept records (a flake of korder's TestMatrixMidStream).
+func TestRecoverDuringTopicFirstLoad(t *testing.T) {
+	ctx := testCtx(t)
+	c, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(2, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	for p, leader := range []int32{0, 1} { // B's partition is not on A's connection
+		if c.PartitionInfo(topic, int32(p)).Leader != leader {
+			if err := c.MoveTopicPartition(topic, int32(p), leader); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
+
+	release := make(chan struct{})
+	h := newFailHook()
+	cl := newClient(t, c, append([]kgo.Opt{
+		kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.WithHooks(partitionedFunc(func(r *kgo.Record, _ int32) {
+			if r.Partition == 1 {
+				<-release
+			}
+		})),
+	}, failStopOpts(h)...)...)
+
+	recovered := make(chan error, 1)
+	cl.Produce(ctx, rec(topic, 0, 0), func(*kgo.Record, error) {
+		recovered <- cl.RecoverProducePartition(topic, 0, 1, false, nil)
+	})
+	cl.Produce(ctx, rec(topic, 1, 1), nil)
+	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+	select {
+	case err := <-recovered:
+		close(release)
+		t.Fatalf("recovering while the topic's partitions were being stored returned at once: %v", err)
+	case <-time.After(200 * time.Millisecond): // nothing can tell that it waits
+	}
+	close(release)
+	select {
+	case err := <-recovered:
+		if err != nil {
+			t.Fatalf("recovering once the partitions are stored: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+}
