@@ -63,13 +63,13 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
 	// Without the hook (a record of a recovery that kgo fails as it buffers
-	// it, a partition bound), kgo is asked whether the partition is failed:
-	// if not (a fatal producer ID error, an abort, a purge), kgo does not
-	// count the record, and it goes to its promise.
-	if !pt.failed {
-		if e := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil); e == nil || !missing(e) {
-			return err
-		}
+	// it, a partition bound), kgo is asked whether the partition is failed.
+	if !pt.failed && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) == nil {
+		// kgo failed the record without failing its partition (a
+		// fatal producer ID error, an abort, a purge), or rejected it
+		// for a failure it recovered by itself since (an abort): it
+		// does not count it, so it goes to its promise.
+		return err
 	}
 	pd.err = err
 	pt.seen++
