@@ -12,8 +12,7 @@ import (
 // record's promise and, in state, the lap of the ring its number is in (so
 // that the number need not be stored) and whether it is busy. The record's
 // context travels in the record's Context (kgo sets it to Produce's anyway).
-// Its kgo promise is bound once, when the ring is made: no closure, no
-// allocation.
+// Its kgo promise is bound once, when the ring is made: no allocation.
 //
 // Carriers live in a ring, indexed by the record's number (seq&mask): 16
 // bytes each, four to a cache line, written in Produce order (a sync.Pool

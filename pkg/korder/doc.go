@@ -32,14 +32,14 @@
 // # Partitions and topics
 //
 // Each failed partition has a state machine of its own (partition.go), with
-// its own lock and one worker goroutine while it recovers; a healthy
-// partition costs nothing, and a recovered one is forgotten. A failure kgo reports for a whole topic
-// (partition -1: the topic's partitions were not known, for example an
-// unknown topic) has a state machine too; while it recovers, the topic's
-// partitions wait for it (kgo rejects records produced meanwhile). Stop
-// stops only the failed partition: kgo keeps it failed, its records fail with
-// ErrStopped, and Resume resumes it. A quarantined key is quarantined in its
-// topic.
+// its own lock and one worker goroutine while it recovers; a healthy partition
+// costs nothing, and a recovered one is forgotten. A failure kgo reports for a
+// whole topic (partition -1: the topic's partitions were not known, for
+// example an unknown topic) has a state machine too; while it recovers, the
+// topic's partitions wait for it (kgo rejects records produced meanwhile).
+// Stop stops only the failed partition: kgo keeps it failed, its records fail
+// with ErrStopped, and Resume resumes it. A quarantined key is quarantined in
+// its topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a

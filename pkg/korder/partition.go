@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,6 +34,7 @@ type partition struct {
 	cond      sync.Cond
 	q         queue
 	seen      int    // records of kgo's current failure of the partition received
+	failure   error  // that failure: the hook's error, which its rejections carry
 	failed    bool   // kgo has the partition failed
 	organic   bool   // a record that the failure itself failed (not rejected) came back
 	stopped   error  // Stop's cause: records that come back fail with ErrStopped
@@ -72,6 +72,9 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 		return err
 	}
 	pd.err = err
+	if rejected {
+		pt.failureLocked(err)
+	}
 	pt.seen++
 	pt.failed = true
 	if !rejected || errors.Is(err, kgo.ErrMaxBuffered) { // the failure's own record (MaxBufferedPartitionRecords)
@@ -101,6 +104,16 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
+}
+
+// failureLocked takes kgo's failure f of the partition, from the hook or a
+// rejection (which may come first): another one than the one counted (kgo
+// recovered the partition meanwhile: an abort) restarts the count, as kgo's.
+func (pt *partition) failureLocked(f error) {
+	if !errors.Is(f, pt.failure) {
+		pt.failure, pt.seen = f, 0
+	}
+	pt.failed = true
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -188,10 +201,9 @@ func (pt *partition) run() {
 		}
 		suspects := pt.q.countFront(pt.suspectRd)
 		if pt.suspectRd == 0 {
-			// The first failure: the suspects are the records it
-			// failed (not those rejected after it), which kgo may
-			// still be promising: one alone is the culprit only
-			// once all came back.
+			// The first failure: the suspects are the records it failed
+			// (not those rejected after it), which kgo may still be
+			// promising: one alone is the culprit once all came back.
 			suspects = pt.q.countFailed()
 			if suspects == 1 && !pt.allSeenLocked() {
 				pt.cond.Wait()
@@ -316,9 +328,9 @@ func (pt *partition) produceLocked(n int, rest bool) {
 	}
 }
 
-// missing returns whether kgo refused a recovery because records of the
-// partition have not come back yet; any other refusal is for good.
-func missing(err error) bool { return strings.HasSuffix(err.Error(), "are not seen") }
+// missing returns whether kgo refused a recovery because records have not
+// come back yet (the refusal wraps the failure); any other is for good.
+func missing(err error) bool { return errors.Is(err, kgo.ErrProducePartitionFailed) }
 
 // unprotectedLocked settles the kept records, each with the error kgo failed
 // it with, once kgo refuses to recover the partition for good: a transaction
@@ -378,25 +390,15 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	return nil
 }
 
-// allSeenLocked asks kgo whether every record it failed or rejected in the
-// partition came back: a recovery with one record too few is refused, with
-// how many kgo counts, and changes nothing.
+// allSeenLocked returns whether every record kgo failed or rejected in the
+// partition came back: only then does kgo take a recovery with no records
+// that keeps the partition failed, and it restarts its count, as this does.
 func (pt *partition) allSeenLocked() bool {
-	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil)
+	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, true, nil)
 	if err == nil {
-		return true // not failed any more
+		pt.seen = 0
 	}
-	msg := err.Error()
-	i := strings.Index(msg, " records it failed or rejected")
-	j := strings.LastIndex(msg[:max(i, 0)], ": ")
-	var missing, total int
-	if i < 0 || j < 0 {
-		return true
-	}
-	if _, perr := fmt.Sscanf(msg[j+2:i], "%d of the %d", &missing, &total); perr != nil {
-		return true
-	}
-	return pt.seen >= total
+	return !missing(err)
 }
 
 // settleCanceledLocked settles, each alone with its context's error, the

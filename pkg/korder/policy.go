@@ -204,8 +204,7 @@ func (p Policy) step(st *stats) step {
 			}
 			c.pd.attempts++
 			st.retries.Add(1)
-			// The first failed batch; the rest follows once it is
-			// written.
+			// The first failed batch; the rest follows once written.
 			return act{kind: actProduce, n: c.suspects, rest: true}
 		}
 	case policyIsolate:

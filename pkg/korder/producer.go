@@ -110,7 +110,7 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	p.st.failures.Add(1)
 	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
 	pt := p.lockPartition(topic, partition, true, false)
-	pt.failed = true
+	pt.failureLocked(err)
 	pt.startLocked()
 	pt.mu.Unlock()
 }
