@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -455,11 +456,14 @@ func TestResumeDuringStopKeepsLaterRecords(t *testing.T) {
 // stopped partition, a Resume recovered the partition before the records
 // rejected in the new transaction came back, and those failed with their
 // rejection, not ErrStopped (before that, they hung). Found while looking
-// into chaos seed 51.
+// into chaos seed 51. X, rejected in transaction 1 (it failed before kgo
+// buffered it, so the abort does not wait for it), comes back after the new
+// failure's hook: it must not count for the new failure (the partition was
+// then refused for ever, and c-0 hung).
 func TestAbortRestartsTheCount(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
-	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-abort"), kgo.ProducerBatchMaxBytes(1 << 10)}, korder.WithPolicies(korder.Stop()))
+	p := newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-abort"), kgo.ProducerBatchMaxBytes(1 << 10), kgo.MaxBufferedBytes(6 << 10)}, korder.WithPolicies(korder.Stop()))
 	cl := p.Client()
 	jumbo := func(v string) *kgo.Record {
 		return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(v), Value: []byte(strings.Repeat(v, 2<<10))}
@@ -478,6 +482,10 @@ func TestAbortRestartsTheCount(t *testing.T) {
 	if err := p.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
+	ps = newPromises()
+	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
+	x := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("x"), Value: []byte(strings.Repeat("x", 8<<10))}
+	p.Produce(ctx, x, ps.fn())
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("transaction 1 committed although its partition failed")
 	}
@@ -488,14 +496,10 @@ func TestAbortRestartsTheCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Transaction 2: K fails the partition again (still stopped: no
-	// Resume yet); A and B are rejected, their promises held in kgo
-	// while Resume is called.
-	if err := produceSync(ctx, p, jumbo("K")); !errors.Is(err, korder.ErrStopped) {
-		t.Fatalf("K: got %v, want ErrStopped", err)
-	}
-	ps = newPromises()
-	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
-	a, b := rec(0, "a", 0), rec(0, "b", 0)
+	// Resume yet; its hook runs in Produce); A and B are rejected; all
+	// promises are held in kgo while Resume is called.
+	k, a, b := jumbo("K"), rec(0, "a", 0), rec(0, "b", 0)
+	p.Produce(ctx, k, ps.fn())
 	p.Produce(ctx, a, ps.fn())
 	p.Produce(ctx, b, ps.fn())
 	p.Resume(topic)
@@ -504,12 +508,77 @@ func TestAbortRestartsTheCount(t *testing.T) {
 	defer cancel()
 	ps.wait(wctx, t)
 	errs := ps.check(t)
-	for _, r := range []*kgo.Record{a, b} {
+	for _, r := range []*kgo.Record{x, k, a, b} {
+		if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
+			t.Errorf("%.3s, produced before Resume: got %v, want ErrStopped", r.Value, err)
+		}
+	}
+	// After Resume, the partition takes records again.
+	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
+		t.Errorf("c-0, produced after Resume: %v", err)
+	}
+}
+
+// A Resume from an application hook that kgo calls for a new failure after
+// an abort, before the Producer's hook (registered last): the Producer's
+// count is still the old failure's, and must not recover the new one with it.
+// It did, before the new failure's rejected records came back: K, A and B,
+// produced before Resume, then failed with kgo's errors, not ErrStopped.
+func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	var p *korder.Producer
+	var calls atomic.Int32
+	failed2, goAhead, resumed := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	hook := userHook(func() {
+		if calls.Add(1) == 2 {
+			close(failed2)
+			<-goAhead // A and B are rejected meanwhile
+			p.Resume(topic)
+			close(resumed)
+		}
+	})
+	p = newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-resume"), kgo.ProducerBatchMaxBytes(1 << 10), kgo.WithHooks(hook)},
+		korder.WithPolicies(korder.Retry(1, 0), korder.Stop()))
+	cl := p.Client()
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 1: J fails its partition, and is stopped; the records
+	// rejected after the Stop count; the transaction aborts.
+	ps := newPromises()
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("j"), Value: make([]byte, 2<<10)}, ps.fn())
+	ps.wait(ctx, t)
+	for i := range 6 {
+		p.Produce(ctx, rec(0, "r", i), ps.fn())
+	}
+	ps.wait(ctx, t)
+	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	// Transaction 2: the broker fails K; A and B are rejected while the
+	// application's hook waits, and it resumes the topic.
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
+	ps = newPromises()
+	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
+	k, a, b := rec(0, "k", 0), rec(0, "a", 0), rec(0, "b", 0)
+	p.Produce(ctx, k, ps.fn())
+	waitOn(ctx, t, failed2, "K's failure")
+	p.Produce(ctx, a, ps.fn())
+	p.Produce(ctx, b, ps.fn())
+	close(goAhead)
+	waitOn(ctx, t, resumed, "the Resume")
+	close(release)
+	ps.wait(ctx, t)
+	errs := ps.check(t)
+	for _, r := range []*kgo.Record{k, a, b} {
 		if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
 			t.Errorf("%s, produced before Resume: got %v, want ErrStopped", r.Value, err)
 		}
 	}
-	// After Resume, the partition takes records again.
 	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
 		t.Errorf("c-0, produced after Resume: %v", err)
 	}

@@ -72,10 +72,9 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 		return err
 	}
 	pd.err = err
-	if rejected {
-		pt.failureLocked(err)
+	if !rejected || pt.currentLocked(err) {
+		pt.seen++
 	}
-	pt.seen++
 	pt.failed = true
 	if !rejected || errors.Is(err, kgo.ErrMaxBuffered) { // the failure's own record (MaxBufferedPartitionRecords)
 		pt.organic = true
@@ -106,14 +105,39 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 	return nil
 }
 
-// failureLocked takes kgo's failure f of the partition, from the hook or a
-// rejection (which may come first): another one than the one counted (kgo
-// recovered the partition meanwhile: an abort) restarts the count, as kgo's.
+// failureLocked takes kgo's failure f of the partition from the hook: another
+// one than the one counted (kgo recovered the partition meanwhile: an abort)
+// restarts the count, as kgo's.
 func (pt *partition) failureLocked(f error) {
 	if !errors.Is(f, pt.failure) {
 		pt.failure, pt.seen = f, 0
 	}
 	pt.failed = true
+}
+
+// currentLocked returns whether a record rejected with f counts: f is the
+// failure counted, or kgo's current one (whose rejections may come before
+// its hook), not one kgo dropped (an abort: its rejections may come after
+// the next failure's hook). kgo's refusal wraps its current failure.
+func (pt *partition) currentLocked(f error) bool {
+	if !errors.Is(f, pt.failure) {
+		if !errors.Is(pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil), f) {
+			return false
+		}
+		pt.failure, pt.seen = f, 0
+	}
+	return true
+}
+
+// recover calls RecoverProducePartition with the partition's count, unless
+// kgo failed the partition anew since it was counted (its hook is on its
+// way): the count then restarts, and this is refused as kgo would refuse it.
+func (pt *partition) recover(keep bool, rs ...*kgo.Record) error {
+	if cur := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil); pt.failure != nil && missing(cur) && !errors.Is(cur, pt.failure) {
+		pt.failure, pt.seen = nil, 0
+		return cur
+	}
+	return pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...)
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -362,7 +386,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		inRound[pd.r] = pd // known before kgo may promise them
 	}
 	pt.inRound = inRound
-	if err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...); err != nil {
+	if err := pt.recover(keep, rs...); err != nil {
 		pt.inRound = nil
 		return err
 	}
@@ -394,7 +418,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 // partition came back: only then does kgo take a recovery with no records
 // that keeps the partition failed, and it restarts its count, as this does.
 func (pt *partition) allSeenLocked() bool {
-	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, true, nil)
+	err := pt.recover(true)
 	if err == nil {
 		pt.seen = 0
 	}
@@ -461,7 +485,7 @@ func (pt *partition) releaseLocked() {
 // recovers the partition with them, in order, once all of those came back.
 func (pt *partition) resumeLocked(seq uint64) {
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	if pt.q.len() == 0 && len(pt.inRound) == 0 && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, false, nil) == nil {
+	if pt.q.len() == 0 && len(pt.inRound) == 0 && pt.recover(false) == nil {
 		// Every record kgo failed or rejected came back: kgo resumes
 		// the partition now, and the worker ends at once.
 		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0

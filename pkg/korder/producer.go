@@ -219,7 +219,7 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 		if rejected && p.topicRejected(r.Topic, err) {
 			id = -1 // rejected by kgo's failure of the whole topic
 		}
-		if pt := p.lockPartition(r.Topic, id, rejected, true); pt != nil {
+		if pt := p.lockPartition(r.Topic, id, rejected, !rejected); pt != nil {
 			settle := pt.arriveLocked(pd, err, rejected)
 			pt.mu.Unlock()
 			if settle == nil {
