@@ -11,10 +11,9 @@ import (
 )
 
 // partition is the state machine of one failed partition (or, as partition
-// -1, of a topic that failed before its records were partitioned). It
-// exists while kgo has the partition failed, while records of it are being
-// settled or produced again, and while it is stopped; a healthy partition
-// has none.
+// -1, of a topic that failed before its records were partitioned). It exists
+// while kgo has the partition failed, while records of it are being settled
+// or produced again, and while it is stopped; a healthy partition has none.
 //
 // While kgo has the partition failed, it rejects every later record of it;
 // each failed or rejected record comes back in its promise, and the
@@ -62,13 +61,10 @@ func newPartition(p *Producer, t *topic, id int32) *partition {
 
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
-	// Without the hook (a record of a recovery that kgo fails as it buffers
-	// it, a partition bound), kgo is asked whether the partition is failed.
+	// Not failed (no hook yet), nor in kgo: it failed the record without
+	// failing the partition (a fatal producer ID error, an abort, a purge),
+	// or since recovered it (an abort): the record goes to its promise.
 	if !pt.failed && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) == nil {
-		// kgo failed the record without failing its partition (a
-		// fatal producer ID error, an abort, a purge), or rejected it
-		// for a failure it recovered by itself since (an abort): it
-		// does not count it, so it goes to its promise.
 		return err
 	}
 	pd.err = err
@@ -105,39 +101,31 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 	return nil
 }
 
-// failureLocked takes kgo's failure f of the partition from the hook: another
-// one than the one counted (kgo recovered the partition meanwhile: an abort)
-// restarts the count, as kgo's.
-func (pt *partition) failureLocked(f error) {
-	if !errors.Is(f, pt.failure) {
-		pt.failure, pt.seen = f, 0
-	}
-	pt.failed = true
-}
-
-// currentLocked returns whether a record rejected with f counts: f is the
-// failure counted, or kgo's current one (whose rejections may come before
-// its hook), not one kgo dropped (an abort: its rejections may come after
-// the next failure's hook). kgo's refusal wraps its current failure.
+// currentLocked takes kgo's failure f (the hook's, or a rejection's, which may
+// come first): it counts if current, not if kgo dropped it (an abort: its
+// rejections may come after the next hook); a new one restarts the count.
 func (pt *partition) currentLocked(f error) bool {
 	if !errors.Is(f, pt.failure) {
 		if !errors.Is(pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil), f) {
-			return false
+			return false // a refusal wraps kgo's current failure
 		}
 		pt.failure, pt.seen = f, 0
 	}
 	return true
 }
 
-// recover calls RecoverProducePartition with the partition's count, unless
-// kgo failed the partition anew since it was counted (its hook is on its
-// way): the count then restarts, and this is refused as kgo would refuse it.
+// recover recovers the partition in kgo with its count, which restarts;
+// refused if kgo failed it anew since (its hook is coming): that restarts it.
 func (pt *partition) recover(keep bool, rs ...*kgo.Record) error {
 	if cur := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil); pt.failure != nil && missing(cur) && !errors.Is(cur, pt.failure) {
 		pt.failure, pt.seen = nil, 0
 		return cur
 	}
-	return pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...)
+	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...)
+	if err == nil {
+		pt.seen = 0 // so does kgo's
+	}
+	return err
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -318,10 +306,9 @@ func (pt *partition) endLocked(err error) {
 }
 
 // produceLocked hands the first n records (0: all) back to kgo, at the
-// partition's front, in one step with un-failing it; a part (n short of all)
-// keeps the partition failed, so that the rest follows once the part is
-// written (with rest, past the policies). If kgo has records of the
-// partition that have not come back yet, it waits for them and tries again.
+// partition's front, un-failing it (a part, or with rest, keeps it failed:
+// the rest follows once the part is written, with rest past the policies),
+// once every record kgo failed or rejected in it came back.
 func (pt *partition) produceLocked(n int, rest bool) {
 	for refused := 0; ; refused++ {
 		if pt.p.isClosed() || pt.q.len() == 0 {
@@ -356,10 +343,9 @@ func (pt *partition) produceLocked(n int, rest bool) {
 // come back yet (the refusal wraps the failure); any other is for good.
 func missing(err error) bool { return errors.Is(err, kgo.ErrProducePartitionFailed) }
 
-// unprotectedLocked settles the kept records, each with the error kgo failed
-// it with, once kgo refuses to recover the partition for good: a transaction
-// abort recovered it, or a purge of its topic forgot it. Nothing orders them
-// against later records, and they belong to what was aborted or purged.
+// unprotectedLocked settles the kept records, each with its kgo error, once
+// kgo refuses to recover the partition for good (an abort recovered it, a
+// purge forgot it): nothing orders them, and they belong to what was undone.
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
 	pt.failed, pt.seen, pt.organic, pt.settled, pt.suspectRd = false, 0, false, false, 0
@@ -390,7 +376,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		pt.inRound = nil
 		return err
 	}
-	pt.seen, pt.settled, pt.failed = 0, false, keep
+	pt.settled, pt.failed = false, keep
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	pt.releaseLocked()                // nothing is missing any more
 	if !keep {
@@ -416,14 +402,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 
 // allSeenLocked returns whether every record kgo failed or rejected in the
 // partition came back: only then does kgo take a recovery with no records
-// that keeps the partition failed, and it restarts its count, as this does.
-func (pt *partition) allSeenLocked() bool {
-	err := pt.recover(true)
-	if err == nil {
-		pt.seen = 0
-	}
-	return !missing(err)
-}
+// that keeps the partition failed (and restarts its count).
+func (pt *partition) allSeenLocked() bool { return !missing(pt.recover(true)) }
 
 // settleCanceledLocked settles, each alone with its context's error, the
 // first n kept records (0: all) whose context is done, before a round would

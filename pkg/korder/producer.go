@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +108,8 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	p.st.failures.Add(1)
 	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
 	pt := p.lockPartition(topic, partition, true, false)
-	pt.failureLocked(err)
+	pt.currentLocked(err)
+	pt.failed = true
 	pt.startLocked()
 	pt.mu.Unlock()
 }
@@ -237,19 +236,16 @@ type rejection struct {
 	minus bool
 }
 
-// topicRejected returns whether kgo rejected a record of topic with err
-// because the whole topic (partition -1) failed, as err's message says. kgo
-// rejects every record of a failure with the same error value, so the answer
-// for the last one is kept (until a partition is forgotten) rather than
-// formatting each error.
+// topicRejected returns whether kgo rejected a record of topic with err for
+// a failure of the whole topic (partition -1): a refused recovery of the
+// topic wraps it. kgo rejects every record of a failure with the same error:
+// the answer for the last one is kept (until a partition is forgotten).
 func (p *Producer) topicRejected(topic string, err error) bool {
-	if c := p.lastRejection.Load(); c != nil && c.err == err { // c.err's type is comparable
+	if c := p.lastRejection.Load(); c != nil && errors.Is(c.err, err) {
 		return c.minus
 	}
-	minus := strings.Contains(err.Error(), "topic "+topic+" partition -1:")
-	if reflect.TypeOf(err).Comparable() {
-		p.lastRejection.Store(&rejection{err, minus})
-	}
+	minus := errors.Is(p.cl.RecoverProducePartition(topic, -1, -1, false, nil), err)
+	p.lastRejection.Store(&rejection{err, minus})
 	return minus
 }
 
