@@ -68,6 +68,9 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 		return err
 	}
 	pd.err = err
+	if rejected && !pt.failed && errors.Is(err, pt.failure) { // kgo kept the topic failed: rejected while its recovery buffered
+		pt.organic, pt.settled = true, true // no own record comes: the rest goes whole, past the policies
+	}
 	if !rejected || pt.currentLocked(err) {
 		pt.seen++
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -251,6 +252,47 @@ func TestTopicFailureBeforePartitioning(t *testing.T) {
 	if s := p.Stats(); s.PartitionHoldTime[topic][-1] <= 0 {
 		t.Errorf("no topic hold time: %+v", s)
 	}
+}
+
+// bufferedHook is a kgo.HookProduceRecordBuffered.
+type bufferedHook func(*kgo.Record)
+
+func (h bufferedHook) OnProduceRecordBuffered(r *kgo.Record) { h(r) }
+
+// A record produced while the topic's recovery buffers the kept records is
+// rejected, and kgo keeps the topic failed (its failure goes on, counted
+// from zero): no record of its own comes for the Producer to wait for, so
+// the late record follows the others, past the policies. The Producer
+// waited for one for ever.
+func TestTopicKeptFailedByItsRecovery(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	hook, failed := failedHook()
+	var p *korder.Producer
+	ps := newPromises()
+	k := keyFor("k", 0, 2)
+	rs := []*kgo.Record{{Topic: topic, Key: []byte(k), Value: []byte("r-0")}, {Topic: topic, Key: []byte(k), Value: []byte("r-1")}}
+	late := &kgo.Record{Topic: topic, Key: []byte(k), Value: []byte("late")}
+	var buffered atomic.Int32
+	onBuffered := bufferedHook(func(r *kgo.Record) {
+		if r == rs[0] && buffered.Add(1) == 2 { // by the recovery
+			p.Produce(ctx, late, ps.fn())
+		}
+	})
+	p = newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), defaultPartitioner(), kgo.MaxBufferedBytes(64 << 10)}, korder.WithPolicies(korder.Drop()))
+	big := &kgo.Record{Topic: topic, Key: []byte(k), Value: bytes.Repeat([]byte("x"), 100<<10)}
+	p.Produce(ctx, big, ps.fn())
+	waitOn(ctx, t, failed, "the topic's failure")
+	for _, r := range rs {
+		p.Produce(ctx, r, ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if r != big && err != nil {
+			t.Errorf("%s: %v", r.Value, err)
+		}
+	}
+	expectLog(ctx, t, c, topic, 0, []string{"r-0", "r-1", "late"})
 }
 
 // A partition whose broker keeps answering a retryable error, with kgo's
