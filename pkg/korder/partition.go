@@ -53,12 +53,6 @@ type partition struct {
 	since     time.Time
 }
 
-func newPartition(p *Producer, t *topic, id int32) *partition {
-	pt := &partition{p: p, t: t, id: id, since: time.Now()}
-	pt.cond.L = &pt.mu
-	return pt
-}
-
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
 	// Not failed (no hook yet), nor in kgo: it failed the record without

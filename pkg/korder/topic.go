@@ -38,7 +38,8 @@ type topic struct {
 func (t *topic) partitionLocked(id int32) *partition {
 	pt := t.parts[id]
 	if pt == nil {
-		pt = newPartition(t.p, t, id)
+		pt = &partition{p: t.p, t: t, id: id, since: time.Now()}
+		pt.cond.L = &pt.mu
 		t.parts[id] = pt
 		if id < 0 {
 			t.minus.Store(true)
