@@ -280,12 +280,16 @@ func TestTopicKeptFailedByItsRecovery(t *testing.T) {
 		}
 	})
 	p = newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), defaultPartitioner(), kgo.MaxBufferedBytes(64 << 10)}, korder.WithPolicies(korder.Drop()))
+	// kgo's promises wait until r-0 and r-1 are rejected: the topic cannot
+	// be recovered before.
+	release := holdPromises(ctx, t, p, &kgo.Record{Topic: dlq, Value: []byte("h")}, ps.fn())
 	big := &kgo.Record{Topic: topic, Key: []byte(k), Value: bytes.Repeat([]byte("x"), 100<<10)}
 	p.Produce(ctx, big, ps.fn())
 	waitOn(ctx, t, failed, "the topic's failure")
 	for _, r := range rs {
 		p.Produce(ctx, r, ps.fn())
 	}
+	close(release)
 	ps.wait(ctx, t)
 	for r, err := range ps.check(t) {
 		if r != big && err != nil {
