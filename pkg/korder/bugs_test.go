@@ -584,6 +584,26 @@ func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
 	}
 }
 
+// A dead-letter topic that kgo fails as a whole (partition -1: here it does
+// not exist yet, and the keyed copy fails once kgo gives up waiting for it)
+// is recovered like a dead-letter partition: once the topic exists, the next
+// copy is written. It stayed failed, rejecting every later copy.
+func TestDeadLetterTopicFailedWhole(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 2})
+	p := newProducer(t, c, []kgo.Opt{kgo.UnknownTopicRetries(1), kgo.MetadataMinAge(10 * time.Millisecond)}, korder.WithPolicies(korder.DeadLetter("later"), korder.Drop()))
+	if err := produceSync(ctx, p, rec(0, "a", 0)); !errors.Is(err, korder.ErrDropped) {
+		t.Fatalf("a-0, its dead-letter topic unknown: got %v, want ErrDropped", err)
+	}
+	if err := c.CreateTopic("later", 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := produceSync(ctx, p, rec(0, "b", 0)); !errors.Is(err, korder.ErrDeadLettered) {
+		t.Fatalf("b-0, its dead-letter topic created: got %v, want ErrDeadLettered", err)
+	}
+}
+
 // A failure that fails no partition in kgo (here: the transactional
 // producer ID failed, and kgo fails every buffered record without failing
 // their partitions) reaches the promise as kgo's error, even for records the

@@ -18,11 +18,10 @@ const (
 	HeaderPartition = "korder-partition"
 )
 
-// deadLetters writes copies of records to dead-letter topics, and recovers a
-// dead-letter partition that kgo failed. The dead-letter topics are not the
-// Producer's: their failures are not counted, and no partition state is kept
-// for them, only how many failed dead-letter records were seen per failed
-// partition, which recovering it needs.
+// deadLetters writes copies of records to dead-letter topics, and recovers
+// the dead-letter partitions kgo fails. They are not the Producer's: their
+// failures are not counted, and only how many failed copies were seen per
+// partition is kept, which recovering it needs.
 type deadLetters struct {
 	cl     *kgo.Client
 	topics map[string]bool // the policies' dead-letter topics (read only)
@@ -61,15 +60,19 @@ func copyFor(topic string, pd *pending) *kgo.Record {
 func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
 	d.cl.Produce(context.Background(), copyFor(topic, pd), func(r *kgo.Record, err error) {
 		if err != nil {
-			d.failed(r)
+			d.failed(r, err)
 		}
 		done(err)
 	})
 }
 
-// failed counts a failed dead-letter record, and recovers its partition once
-// every record kgo failed or rejected there was seen (kgo refuses before).
-func (d *deadLetters) failed(r *kgo.Record) {
+// failed counts a failed dead-letter record, and recovers its partition (or
+// topic) once every record kgo failed or rejected there was seen.
+func (d *deadLetters) failed(r *kgo.Record, err error) {
+	id := r.Partition
+	if errors.Is(d.cl.RecoverProducePartition(r.Topic, -1, -1, false, nil), err) {
+		id = -1
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	parts := d.seen[r.Topic]
@@ -77,9 +80,9 @@ func (d *deadLetters) failed(r *kgo.Record) {
 		parts = map[int32]int{}
 		d.seen[r.Topic] = parts
 	}
-	parts[r.Partition]++
-	if d.cl.RecoverProducePartition(r.Topic, r.Partition, parts[r.Partition], false, nil) == nil {
-		delete(parts, r.Partition)
+	parts[id]++
+	if d.cl.RecoverProducePartition(r.Topic, id, parts[id], false, nil) == nil {
+		delete(parts, id)
 	}
 }
 

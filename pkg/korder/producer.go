@@ -107,16 +107,16 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	}
 	p.st.failures.Add(1)
 	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
-	pt := p.lockPartition(topic, partition, true, false)
+	pt := p.lockPartition(topic, partition, true)
 	pt.currentLocked(err)
 	pt.failed = true
 	pt.startLocked()
 	pt.mu.Unlock()
 }
 
-// lockPartition returns the state machine of a partition, locked, made if
-// make is set; nil if it has none.
-func (p *Producer) lockPartition(name string, id int32, make, route bool) *partition {
+// lockPartition returns a partition's state machine, locked, made if make is
+// set; nil if none. A failed record of a partition without one goes to -1's.
+func (p *Producer) lockPartition(name string, id int32, make bool) *partition {
 	p.mu.Lock()
 	t := p.topics[name]
 	if t == nil {
@@ -130,10 +130,9 @@ func (p *Producer) lockPartition(name string, id int32, make, route bool) *parti
 	t.mu.Lock()
 	p.mu.Unlock()
 	defer t.mu.Unlock()
-	if route && id >= 0 && t.parts[id] == nil && t.minus.Load() {
-		id = -1 // not partitioned: the topic's failure
-	}
-	if t.parts[id] == nil && !make {
+	if !make && id >= 0 && t.parts[id] == nil && t.minus.Load() {
+		id = -1
+	} else if t.parts[id] == nil && !make {
 		return nil
 	}
 	pt := t.partitionLocked(id)
@@ -218,7 +217,7 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 		if rejected && p.topicRejected(r.Topic, err) {
 			id = -1 // rejected by kgo's failure of the whole topic
 		}
-		if pt := p.lockPartition(r.Topic, id, rejected, !rejected); pt != nil {
+		if pt := p.lockPartition(r.Topic, id, rejected); pt != nil {
 			settle := pt.arriveLocked(pd, err, rejected)
 			pt.mu.Unlock()
 			if settle == nil {
