@@ -506,14 +506,20 @@ func TestAbortRestartsTheCount(t *testing.T) {
 	close(release)
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	ps.wait(wctx, t)
+	expectResumed(wctx, t, p, ps, x, k, a, b)
+}
+
+// expectResumed checks that rs, produced to partition 0 before Resume,
+// failed with ErrStopped, and that the partition takes records after it.
+func expectResumed(ctx context.Context, t *testing.T, p *korder.Producer, ps *promises, rs ...*kgo.Record) {
+	t.Helper()
+	ps.wait(ctx, t)
 	errs := ps.check(t)
-	for _, r := range []*kgo.Record{x, k, a, b} {
+	for _, r := range rs {
 		if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
 			t.Errorf("%.3s, produced before Resume: got %v, want ErrStopped", r.Value, err)
 		}
 	}
-	// After Resume, the partition takes records again.
 	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
 		t.Errorf("c-0, produced after Resume: %v", err)
 	}
@@ -572,16 +578,7 @@ func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
 	close(goAhead)
 	waitOn(ctx, t, resumed, "the Resume")
 	close(release)
-	ps.wait(ctx, t)
-	errs := ps.check(t)
-	for _, r := range []*kgo.Record{k, a, b} {
-		if err := errs[r]; !errors.Is(err, korder.ErrStopped) {
-			t.Errorf("%s, produced before Resume: got %v, want ErrStopped", r.Value, err)
-		}
-	}
-	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
-		t.Errorf("c-0, produced after Resume: %v", err)
-	}
+	expectResumed(ctx, t, p, ps, k, a, b)
 }
 
 // A dead-letter topic that kgo fails as a whole (partition -1: here it does
