@@ -55,10 +55,9 @@ type partition struct {
 
 // arriveLocked takes a failed or rejected record of the partition.
 func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
-	// Not failed (no hook yet), nor in kgo: it failed the record without
-	// failing the partition (a fatal producer ID error, an abort, a purge),
-	// or since recovered it (an abort): the record goes to its promise.
-	if !pt.failed && pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil) == nil {
+	// Not failed here nor in kgo: kgo failed the record alone (a fatal
+	// producer ID error, an abort, a purge), or recovered it since (an abort).
+	if !pt.failed && failureOf(pt.p.cl, pt.t.name, pt.id) == nil {
 		return err
 	}
 	pd.err = err
@@ -98,13 +97,12 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 	return nil
 }
 
-// currentLocked takes kgo's failure f (the hook's, or a rejection's, which may
-// come first): it counts if current, not if kgo dropped it (an abort: its
-// rejections may come after the next hook); a new one restarts the count.
+// currentLocked takes kgo's failure f (a hook's, or a rejection's): true if
+// current, false if kgo dropped it (an abort); a new one restarts the count.
 func (pt *partition) currentLocked(f error) bool {
 	if !errors.Is(f, pt.failure) {
-		if !errors.Is(pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil), f) {
-			return false // a refusal wraps kgo's current failure
+		if !errors.Is(failureOf(pt.p.cl, pt.t.name, pt.id), f) {
+			return false
 		}
 		pt.failure, pt.seen = f, 0
 	}
@@ -114,7 +112,7 @@ func (pt *partition) currentLocked(f error) bool {
 // recover recovers the partition in kgo with its count, which restarts;
 // refused if kgo failed it anew since (its hook is coming): that restarts it.
 func (pt *partition) recover(keep bool, rs ...*kgo.Record) error {
-	if cur := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, -1, false, nil); pt.failure != nil && missing(cur) && !errors.Is(cur, pt.failure) {
+	if cur := failureOf(pt.p.cl, pt.t.name, pt.id); pt.failure != nil && missing(cur) && !errors.Is(cur, pt.failure) {
 		pt.failure, pt.seen = nil, 0
 		return cur
 	}
@@ -336,8 +334,13 @@ func (pt *partition) produceLocked(n int, rest bool) {
 	}
 }
 
-// missing returns whether kgo refused a recovery because records have not
-// come back yet (the refusal wraps the failure); any other is for good.
+// failureOf returns kgo's current failure of a partition (or topic, -1),
+// which a recovery that has seen nothing is refused with; nil if none.
+func failureOf(cl *kgo.Client, topic string, id int32) error {
+	return cl.RecoverProducePartition(topic, id, -1, false, nil)
+}
+
+// missing returns whether a refusal is for records not back yet.
 func missing(err error) bool { return errors.Is(err, kgo.ErrProducePartitionFailed) }
 
 // unprotectedLocked settles the kept records, each with its kgo error, once
@@ -397,9 +400,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	return nil
 }
 
-// allSeenLocked returns whether every record kgo failed or rejected in the
-// partition came back: only then does kgo take a recovery with no records
-// that keeps the partition failed (and restarts its count).
+// allSeenLocked returns whether every record kgo failed or rejected came back:
+// only then does kgo take a no-record recovery keeping it failed.
 func (pt *partition) allSeenLocked() bool { return !missing(pt.recover(true)) }
 
 // settleCanceledLocked settles, each alone with its context's error, the

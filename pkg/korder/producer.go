@@ -229,21 +229,20 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	p.finish(pd, err)
 }
 
-// rejection is what topicRejected found for a rejection error.
+// rejection is what topicRejected found for an error.
 type rejection struct {
 	err   error
 	minus bool
 }
 
-// topicRejected returns whether kgo rejected a record of topic with err for
-// a failure of the whole topic (partition -1): a refused recovery of the
-// topic wraps it. kgo rejects every record of a failure with the same error:
-// the answer for the last one is kept (until a partition is forgotten).
+// topicRejected returns whether err is kgo's failure of the whole topic (-1).
+// kgo rejects every record of a failure with the same error: the answer for
+// the last one is kept (until a partition is forgotten).
 func (p *Producer) topicRejected(topic string, err error) bool {
 	if c := p.lastRejection.Load(); c != nil && errors.Is(c.err, err) {
 		return c.minus
 	}
-	minus := errors.Is(p.cl.RecoverProducePartition(topic, -1, -1, false, nil), err)
+	minus := errors.Is(failureOf(p.cl, topic, -1), err)
 	p.lastRejection.Store(&rejection{err, minus})
 	return minus
 }

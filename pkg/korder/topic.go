@@ -33,8 +33,7 @@ type topic struct {
 	attn       bool              // counted in Producer.attn
 }
 
-// partitionLocked returns the state machine of partition id, made if need
-// be. Under t.mu.
+// partitionLocked returns partition id's state machine, made if need be.
 func (t *topic) partitionLocked(id int32) *partition {
 	pt := t.parts[id]
 	if pt == nil {
