@@ -49,7 +49,7 @@ demo: tree ##u One workload, one set of failures, three ways: a table (25 s on a
 	@$(BIN)/demo
 
 .PHONY: test
-test: ##u Everything CI runs: materialize, lint, tests, baseline, export fixture, upstream suites, drift (6 min warm, 10 cold).
+test: ##u Everything CI runs: materialize, lint, tests, baseline, export fixture, upstream suites, drift (3-4 min warm, about 9 cold).
 	@$(MAKE) --no-print-directory patches-apply
 	@$(MAKE) --no-print-directory lint
 	@$(MAKE) --no-print-directory test-ours
