@@ -9,20 +9,15 @@ import (
 )
 
 // A carrier takes a record on the no-failure path to its promise: the
-// record's promise and, in state, the lap of the ring its number is in (so
-// that the number need not be stored) and whether it is busy. The record's
-// context travels in the record's Context (kgo sets it to Produce's anyway).
-// Its kgo promise is bound once, when the ring is made: no allocation.
+// promise and, in state, the lap of the ring the record's number is in and
+// whether it is busy; the context travels in the record's Context. Its kgo
+// promise is bound once, when the ring is made: no allocation.
 //
-// Carriers live in a ring, indexed by the record's number (seq&mask): 16
-// bytes each, four to a cache line, written in Produce order (a sync.Pool
-// missed on every Get: a promise runs on another P than its Produce). A
-// record whose slot is busy (the record a lap before it is in flight), or
-// with a Context of its own, takes a closure instead: a claim is a
-// compare-and-swap, so two records cannot both take a slot. A ring that
-// misses often, because more records are in flight than it has carriers,
-// grows (see missed); records whose carrier is in the old ring finish in
-// it, and the old ring is garbage once they have.
+// Carriers live in a ring indexed by the record's number (seq&mask), 16
+// bytes each, written in Produce order. A record whose slot is busy (the
+// record a lap before it is in flight), or with a Context of its own, takes
+// a closure instead; a claim is a compare-and-swap. A ring that misses often
+// grows (see missed); records whose carrier is in the old ring finish in it.
 type carrier struct {
 	state   atomic.Uint64 // lap<<1 | busy
 	promise func(*kgo.Record, error)
@@ -36,8 +31,7 @@ type carrierRing struct {
 }
 
 // minCarriers is the size of a Producer's first ring, and maxCarriers the
-// most a ring may have (56 bytes each, with the bound promise): records in
-// flight beyond it allocate.
+// most a ring may have (56 bytes each): records in flight beyond allocate.
 const (
 	minCarriers = 256
 	maxCarriers = 1 << 17
@@ -99,11 +93,9 @@ func (p *Producer) outcome(seq uint64, ctx context.Context, promise func(*kgo.Re
 // missed counts a record that found no free carrier. Once the misses reach
 // a quarter of the ring, the ring grows if at least half as many records as
 // it has carriers are in flight: to twice its size, or twice the records in
-// flight if that is more, at most maxCarriers. Otherwise the misses are
-// forgotten: they came from a few records that stay in flight while the ring
-// comes round to them (a slow partition), which a bigger ring would keep,
-// not avoid. So a ring holds at most four times the most records in flight,
-// rounded up to a power of two, and at least minCarriers.
+// flight if that is more, at most maxCarriers. Otherwise the misses came
+// from a few records kept in flight (a slow partition), which a bigger ring
+// would keep, not avoid: they are forgotten.
 func (p *Producer) missed() {
 	n := p.misses.Add(1)
 	rg := p.ring.Load()

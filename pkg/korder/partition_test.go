@@ -356,3 +356,116 @@ func TestStalledPartitionHandsBackPastBound(t *testing.T) {
 	expectLog(ctx, t, c, topic, 0, exp0)
 	expectLog(ctx, t, c, topic, 1, exp1)
 }
+
+// partHook is a kgo.HookProducePartitionFailed.
+type partHook func(string, int32, error)
+
+func (h partHook) OnProducePartitionFailed(t string, p int32, err error) { h(t, p, err) }
+
+// A record that kgo's failure of its whole topic (-1) failed is counted by
+// the topic's state machine, although its Partition (kgo did not partition
+// it) names a partition that has one, stopped: counted there, it left the
+// topic's recovery refused for ever, and Flush hung.
+func TestTopicFailureCountsItsOwnRecords(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	poison(c)
+	minus := make(chan struct{}, 10)
+	hook := kgo.WithHooks(partHook(func(_ string, p int32, _ error) {
+		if p == -1 {
+			minus <- struct{}{}
+		}
+	}))
+	p := newProducer(t, c, []kgo.Opt{hook}, korder.WithPolicies(korder.Stop()))
+	stopped := make(chan error, 1)
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}, func(_ *kgo.Record, err error) { stopped <- err })
+	if err := <-stopped; !errors.Is(err, korder.ErrStopped) {
+		t.Fatalf("POISON got %v, expected ErrStopped", err)
+	}
+
+	// The topic's metadata now fails for good: kgo fails the next record
+	// of the topic before partitioning it (-1). Each round waits for the
+	// client's next metadata request to be answered with the error.
+	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	ps := newPromises()
+	for hits, failed := 1, false; !failed; hits++ {
+		p.Client().ForceMetadataRefresh()
+		if err := h.Wait(ctx, hits); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("x")}, func(_ *kgo.Record, err error) { done <- err })
+		select {
+		case <-minus:
+			failed = true
+		case err := <-done:
+			if !errors.Is(err, korder.ErrStopped) {
+				t.Fatalf("x: %v", err)
+			}
+		case <-ctx.Done():
+			t.Fatal("the topic did not fail")
+		}
+	}
+	h.Remove()
+	p.Client().ForceMetadataRefresh()
+	p.Resume(topic)
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 1, Value: []byte("y")}, ps.fn())
+	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := p.Flush(fctx); err != nil {
+		t.Fatalf("Flush: %v; stats %+v", err, p.Stats())
+	}
+}
+
+// hintPartitioner puts a record on its Partition, and requires consistency
+// only for keyed records, as kgo's default partitioners do.
+type hintPartitioner struct{}
+
+func (hintPartitioner) ForTopic(string) kgo.TopicPartitioner   { return hintPartitioner{} }
+func (hintPartitioner) RequiresConsistency(r *kgo.Record) bool { return r.Key != nil }
+func (hintPartitioner) Partition(r *kgo.Record, _ int) int     { return int(r.Partition) }
+
+// An unkeyed record that fails alone, before it is buffered, in a failed
+// partition counts in kgo's failure as in the partition's state machine: it
+// was counted by the state machine only, which recovered the partition while
+// a later keyed record's rejection was still on its way back; that record
+// then got kgo's rejection error, never written. kgo's promise goroutine is
+// held so that the rejection comes back after the recovery, which is seen
+// by its buffering big again; with the fix, the recovery waits for the
+// rejection instead, which nothing can observe, hence the one-second bound.
+func TestUnkeyedFailureInAFailedPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	poison(c)
+	hook, failed := failedHook()
+	rebuffered := make(chan struct{}, 10)
+	var big *kgo.Record
+	onBuffered := bufferedHook(func(r *kgo.Record) {
+		if r == big {
+			rebuffered <- struct{}{}
+		}
+	})
+	p := newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), kgo.RecordPartitioner(hintPartitioner{}), kgo.MaxBufferedBytes(64 << 10)},
+		korder.WithPolicies(korder.Drop()))
+	ps := newPromises()
+	release := holdPromises(ctx, t, p, &kgo.Record{Topic: dlq, Value: []byte("h")}, ps.fn())
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("k"), Value: []byte("POISON")}, ps.fn())
+	waitOn(ctx, t, failed, "partition 0's failure")
+	big = &kgo.Record{Topic: topic, Partition: 0, Value: bytes.Repeat([]byte("x"), 100<<10)} // unkeyed, over MaxBufferedBytes
+	p.Produce(ctx, big, ps.fn())
+	<-rebuffered // kgo's buffered hook runs before the size check
+	gate, fn := make(chan struct{}), ps.fn()
+	p.Produce(ctx, &kgo.Record{Value: []byte("no topic")}, func(r *kgo.Record, err error) { <-gate; fn(r, err) })
+	r := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("k"), Value: []byte("r")}
+	p.Produce(ctx, r, ps.fn()) // rejected: partition 0 is failed
+	close(release)
+	select {
+	case <-rebuffered: // recovered without r
+	case <-time.After(time.Second):
+	}
+	close(gate)
+	ps.wait(ctx, t)
+	if err := ps.check(t)[r]; err != nil {
+		t.Errorf("r, produced after the failure: %v", err)
+	}
+}

@@ -24,11 +24,10 @@ type Producer struct {
 	manual       bool  // kgo.ManualFlushing
 	bound        int64 // kgo.MaxBufferedPartitionRecords
 
-	// The no-failure path: in numbers the records (and counts them in), out
-	// counts the promises that returned; each is written by one side only
-	// (producing goroutines, kgo's promise goroutine). attn counts what
-	// takes Produce off that path (holds, quarantines, Close) and, like
-	// ring (the carriers, see carrier.go), is read-mostly.
+	// The no-failure path: in numbers the records produced, out counts the
+	// promises returned (producing goroutines and kgo's promise goroutine
+	// write one each); attn counts what takes Produce off that path (holds,
+	// quarantines, Close). attn and ring (see carrier.go) are read-mostly.
 	in   atomic.Uint64
 	_    [56]byte
 	out  atomic.Uint64
@@ -214,8 +213,8 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	if err != nil {
 		rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
 		id := r.Partition
-		if rejected && p.topicRejected(r.Topic, err) {
-			id = -1 // rejected by kgo's failure of the whole topic
+		if rejected && p.topicRejected(r.Topic, err) || !rejected && p.failedWithTopic(r.Topic, id, err) {
+			id = -1 // rejected or failed by kgo's failure of the whole topic
 		}
 		if pt := p.lockPartition(r.Topic, id, rejected); pt != nil {
 			settle := pt.arriveLocked(pd, err, rejected)
@@ -245,6 +244,15 @@ func (p *Producer) topicRejected(topic string, err error) bool {
 	minus := errors.Is(failureOf(p.cl, topic, -1), err)
 	p.lastRejection.Store(&rejection{err, minus})
 	return minus
+}
+
+// failedWithTopic returns whether a failed record is one of kgo's failure of
+// its whole topic (-1): kgo did not partition it, so its Partition says nothing.
+func (p *Producer) failedWithTopic(topic string, id int32, err error) bool {
+	p.mu.Lock()
+	t := p.topics[topic]
+	p.mu.Unlock()
+	return t != nil && t.minus.Load() && errors.Is(failureOf(p.cl, topic, -1), err) && !errors.Is(failureOf(p.cl, topic, id), err)
 }
 
 // finish calls a record's promise, and counts it out.
