@@ -462,3 +462,46 @@ func TestHookBeforePromises(t *testing.T) {
 		})
 	}
 }
+
+// TestPromisesInProduceOrder: with a hook registered, a record rejected
+// while the hook runs is promised after the failed records, produced before
+// it: a partition's promises run in produce order, so that an application
+// can keep its failed and rejected records in the order their promises ran.
+func TestPromisesInProduceOrder(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1, topic)
+	var cl *kgo.Client
+	entered, rejected := make(chan struct{}), make(chan struct{})
+	h := newFailHook()
+	h.onFail = func(failEvent) {
+		close(entered)
+		<-rejected
+	}
+	cl = newClient(t, c, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}, failStopOpts(h)...)...)
+	produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
+
+	faultProduce(kerr.InvalidRecord, 0)(c)
+	order := make(chan int, 3)
+	promise := func(r *kgo.Record, _ error) { order <- seqOf(t, r) }
+	cl.Produce(ctx, rec(topic, 0, 1), promise)
+	cl.Produce(ctx, rec(topic, 0, 2), promise)
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("the partition did not fail")
+	}
+	cl.Produce(ctx, rec(topic, 0, 3), promise) // rejected while the hook runs
+	close(rejected)
+	var got []int
+	for range 3 {
+		select {
+		case s := <-order:
+			got = append(got, s)
+		case <-ctx.Done():
+			t.Fatalf("promises so far %v", got)
+		}
+	}
+	if !slices.Equal(got, []int{1, 2, 3}) {
+		t.Errorf("promises ran in the order %v, want [1 2 3]", got)
+	}
+}
