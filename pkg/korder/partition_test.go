@@ -445,8 +445,9 @@ func TestUnkeyedFailureInAFailedPartition(t *testing.T) {
 			rebuffered <- struct{}{}
 		}
 	})
-	p := newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), kgo.RecordPartitioner(hintPartitioner{}), kgo.MaxBufferedBytes(64 << 10)},
-		korder.WithPolicies(korder.Drop()))
+	var logs syncBuffer
+	p := newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), kgo.RecordPartitioner(hintPartitioner{}), kgo.MaxBufferedBytes(64 << 10),
+		kgo.WithLogger(kgo.BasicLogger(&logs, kgo.LogLevelInfo, nil))}, korder.WithPolicies(korder.Drop()))
 	ps := newPromises()
 	release := holdPromises(ctx, t, p, &kgo.Record{Topic: dlq, Value: []byte("h")}, ps.fn())
 	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("k"), Value: []byte("POISON")}, ps.fn())
@@ -466,6 +467,24 @@ func TestUnkeyedFailureInAFailedPartition(t *testing.T) {
 	close(gate)
 	ps.wait(ctx, t)
 	if err := ps.check(t)[r]; err != nil {
-		t.Errorf("r, produced after the failure: %v", err)
+		t.Errorf("r, produced after the failure: %v\n%s", err, logs.String())
 	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger called from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
