@@ -70,7 +70,7 @@ func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
 // topic) once every record kgo failed or rejected there was seen.
 func (d *deadLetters) failed(r *kgo.Record, err error) {
 	id := r.Partition
-	if errors.Is(failureOf(d.cl, r.Topic, -1), err) { // failed with its topic
+	if failedWithTopic(d.cl, r.Topic, id, err) {
 		id = -1
 	}
 	d.mu.Lock()

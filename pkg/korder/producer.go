@@ -213,7 +213,7 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	if err != nil {
 		rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
 		id := r.Partition
-		if rejected && p.topicRejected(r.Topic, err) || !rejected && p.failedWithTopic(r.Topic, id, err) {
+		if rejected && p.topicRejected(r.Topic, err) || !rejected && failedWithTopic(p.cl, r.Topic, id, err) {
 			id = -1 // rejected or failed by kgo's failure of the whole topic
 		}
 		if pt := p.lockPartition(r.Topic, id, rejected); pt != nil {
@@ -248,11 +248,8 @@ func (p *Producer) topicRejected(topic string, err error) bool {
 
 // failedWithTopic returns whether a failed record is one of kgo's failure of
 // its whole topic (-1): kgo did not partition it, so its Partition says nothing.
-func (p *Producer) failedWithTopic(topic string, id int32, err error) bool {
-	p.mu.Lock()
-	t := p.topics[topic]
-	p.mu.Unlock()
-	return t != nil && t.minus.Load() && errors.Is(failureOf(p.cl, topic, -1), err) && !errors.Is(failureOf(p.cl, topic, id), err)
+func failedWithTopic(cl *kgo.Client, topic string, id int32, err error) bool {
+	return errors.Is(failureOf(cl, topic, -1), err) && !errors.Is(failureOf(cl, topic, id), err)
 }
 
 // finish calls a record's promise, and counts it out.
