@@ -17,7 +17,8 @@ import (
 // bytes each, written in Produce order. A record whose slot is busy (the
 // record a lap before it is in flight), or with a Context of its own, takes
 // a closure instead; a claim is a compare-and-swap. A ring that misses often
-// grows (see missed); records whose carrier is in the old ring finish in it.
+// grows, one that stays mostly free shrinks (see resize); records whose
+// carrier is in the old ring finish in it.
 type carrier struct {
 	state   atomic.Uint64 // lap<<1 | busy
 	promise func(*kgo.Record, error)
@@ -28,6 +29,8 @@ type carrierRing struct {
 	mask  uint64 // size-1
 	slots []carrier
 	dones []func(*kgo.Record, error) // slot i's kgo promise, bound once
+	low   int                        // laps in a row with few records in flight (see resize)
+	peak  int                        // the most in flight over those laps
 }
 
 // minCarriers is the size of a Producer's first ring, and maxCarriers the
@@ -35,6 +38,7 @@ type carrierRing struct {
 const (
 	minCarriers = 256
 	maxCarriers = 1 << 17
+	shrinkLaps  = 4
 )
 
 func (p *Producer) newCarrierRing(size int) *carrierRing {
@@ -44,9 +48,8 @@ func (p *Producer) newCarrierRing(size int) *carrierRing {
 		slots: make([]carrier, size),
 		dones: make([]func(*kgo.Record, error), size),
 	}
-	for i := range rg.dones {
-		idx := uint64(i)
-		rg.dones[i] = func(r *kgo.Record, err error) { p.carried(rg, idx, r, err) }
+	for i := range uint64(size) {
+		rg.dones[i] = func(r *kgo.Record, err error) { p.carried(rg, i, r, err) }
 	}
 	return rg
 }
@@ -58,6 +61,9 @@ func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.R
 		r.Context = ctx
 		if rg := p.ring.Load(); rg != nil {
 			i := seq & rg.mask
+			if i == 0 { // a lap: see resize
+				p.resize(rg, false)
+			}
 			c := &rg.slots[i]
 			if st := c.state.Load(); st&1 == 0 && c.state.CompareAndSwap(st, (seq>>rg.shift)<<1|1) {
 				c.promise = promise
@@ -74,8 +80,7 @@ func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.R
 // before calling anything, so that the carrier may be reused at once.
 func (p *Producer) carried(rg *carrierRing, idx uint64, r *kgo.Record, err error) {
 	c := &rg.slots[idx]
-	st := c.state.Load()
-	promise := c.promise
+	st, promise := c.state.Load(), c.promise
 	c.promise = nil
 	c.state.Store(st &^ 1)
 	p.outcome((st>>1)<<rg.shift|idx, r.Context, promise, r, err)
@@ -90,30 +95,43 @@ func (p *Producer) outcome(seq uint64, ctx context.Context, promise func(*kgo.Re
 	p.result(&pending{seq: seq, ctx: ctx, r: r, promise: promise}, r, err)
 }
 
-// missed counts a record that found no free carrier. Once the misses reach
-// a quarter of the ring, the ring grows if at least half as many records as
-// it has carriers are in flight: to twice its size, or twice the records in
-// flight if that is more, at most maxCarriers. Otherwise the misses came
-// from a few records kept in flight (a slow partition), which a bigger ring
-// would keep, not avoid: they are forgotten.
+// missed counts a record that found no free carrier (see resize).
 func (p *Producer) missed() {
-	n := p.misses.Add(1)
-	rg := p.ring.Load()
+	if rg := p.ring.Load(); p.misses.Add(1) >= uint64(len(rg.slots)/4) {
+		p.resize(rg, true)
+	}
+}
+
+// resize grows rg once its misses reach a quarter of its size, if half as
+// many records as it has carriers are in flight (else a few slow records
+// missed, which a bigger ring would keep, not avoid): to twice its size, or
+// twice that many if more, at most maxCarriers. Called at each lap of rg (each
+// record whose number is a multiple of its size), it shrinks rg after
+// shrinkLaps laps in a row with fewer in flight than an eighth of its size:
+// to four times the most of those, at least minCarriers.
+func (p *Producer) resize(rg *carrierRing, grow bool) {
 	size := len(rg.slots)
-	if size >= maxCarriers || n < uint64(size/4) || !p.growing.CompareAndSwap(false, true) {
+	if grow && size >= maxCarriers || !grow && size <= minCarriers || !p.resizing.CompareAndSwap(false, true) {
 		return
 	}
-	defer p.growing.Store(false)
-	if p.ring.Load() != rg {
-		return // another claim grew the ring meanwhile
-	}
-	p.misses.Store(0)
+	defer p.resizing.Store(false)
 	out := p.out.Load() // before in: no record counted out is missing from in
-	inflight := int(min(p.in.Load()-out, maxCarriers))
-	if inflight < size/2 {
-		return
+	n, want := int(min(p.in.Load()-out, maxCarriers)), 0
+	switch {
+	case p.ring.Load() != rg: // another call resized it meanwhile
+	case grow:
+		p.misses.Store(0)
+		if n >= size/2 {
+			want = max(2*size, 2*n)
+		}
+	case n >= size/8:
+		rg.low, rg.peak = 0, 0
+	default:
+		if rg.low, rg.peak = rg.low+1, max(rg.peak, n); rg.low == shrinkLaps {
+			want = max(4*rg.peak, minCarriers)
+		}
 	}
-	want := max(2*size, 2*inflight)
-	want = min(1<<bits.Len(uint(want-1)), maxCarriers)
-	p.ring.Store(p.newCarrierRing(want))
+	if want > 0 {
+		p.ring.Store(p.newCarrierRing(min(1<<bits.Len(uint(want-1)), maxCarriers)))
+	}
 }

@@ -91,3 +91,52 @@ func TestCarrierRing(t *testing.T) {
 		}
 	}
 }
+
+// A ring that stays mostly free shrinks: with at most 128 records in flight,
+// a ring of 4096 carriers shrinks to at most 1024 (four times the records in
+// flight, rounded up) after shrinkLaps laps, and records keep taking
+// carriers from the new ring.
+func TestCarrierRingShrinks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := NewProducer([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	big := p.newCarrierRing(4096)
+	p.ring.Store(big)
+	tokens := make(chan struct{}, 128)
+	promise := func(_ *kgo.Record, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		<-tokens
+	}
+	n := 0
+	for ; p.ring.Load() == big && n < (shrinkLaps+2)*4096; n++ {
+		select {
+		case tokens <- struct{}{}:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+		p.Produce(ctx, &kgo.Record{Topic: "t", Value: []byte(strconv.Itoa(n))}, promise)
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if size := len(p.ring.Load().slots); size > 1024 {
+		t.Fatalf("ring of %d carriers after %d records with at most 128 in flight, expected at most 1024", size, n)
+	}
+	if n > shrinkLaps*4096+1 {
+		t.Errorf("shrank after %d records, expected %d laps of 4096", n, shrinkLaps)
+	}
+	if m := p.misses.Load(); m != 0 {
+		t.Errorf("%d records found no carrier in the small ring", m)
+	}
+}

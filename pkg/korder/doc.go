@@ -38,8 +38,7 @@
 // example an unknown topic) has a state machine too; while it recovers, the
 // topic's partitions wait for it (kgo rejects records produced meanwhile).
 // Stop stops only the failed partition: kgo keeps it failed, its records fail
-// with ErrStopped, and Resume resumes it. A quarantined key is quarantined in
-// its topic.
+// with ErrStopped, and Resume resumes it. Keys are quarantined per topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
@@ -72,6 +71,7 @@
 //
 // While nothing is wrong, Produce takes no lock and allocates nothing per
 // record: a sequence number (an atomic add), a load of one read-mostly word,
-// and a carrier for the promise, claimed with a compare-and-swap
-// (carrier.go). kgo's promise goroutine frees it and counts the record out.
+// and a carrier claimed with a compare-and-swap from a ring that grows and
+// shrinks with the records in flight (carrier.go); kgo's promise goroutine
+// frees it and counts the record out (an atomic add).
 package korder

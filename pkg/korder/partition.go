@@ -161,10 +161,8 @@ func (pt *partition) run() {
 		case pt.stopped != nil:
 			pt.endLocked(nil)
 			return
-		case len(pt.inRound) > 0: // wait for the round's outcome
-			pt.cond.Wait()
-			continue
-		case pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
+		case len(pt.inRound) > 0, // wait for the round's outcome
+			pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
 			pt.cond.Wait()
 			continue
 		case pt.q.len() == 0:
@@ -206,12 +204,14 @@ func (pt *partition) run() {
 			pt.produceLocked(0, false)
 			continue
 		}
-		suspects := pt.q.countFront(pt.suspectRd)
+		suspects := pt.q.countFront(func(pd *pending) bool { return pd.round == pt.suspectRd })
 		if pt.suspectRd == 0 {
 			// The first failure: the suspects are the records it failed
 			// (not those rejected after it), which kgo may still be
 			// promising: one alone is the culprit once all came back.
-			suspects = pt.q.countFailed()
+			suspects = pt.q.countFront(func(pd *pending) bool {
+				return pd.round == 0 && !errors.Is(pd.err, kgo.ErrProducePartitionFailed)
+			})
 			if suspects == 1 && !pt.allSeenLocked() {
 				pt.cond.Wait()
 				continue

@@ -150,12 +150,8 @@ func (p Policy) validate() error {
 // perRecordCause returns whether err may be caused by one record of a batch
 // rather than by the partition or the broker.
 func perRecordCause(err error) bool {
-	for _, e := range []error{kerr.MessageTooLarge, kerr.InvalidRecord, kerr.CorruptMessage, kerr.PolicyViolation, kerr.RecordListTooLarge} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
+		errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.RecordListTooLarge)
 }
 
 // What a chain of steps decided for the first failed record of a partition.

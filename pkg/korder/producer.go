@@ -36,8 +36,8 @@ type Producer struct {
 	ring atomic.Pointer[carrierRing]
 	_    [48]byte
 
-	misses  atomic.Uint64 // records that found no free carrier (see missed)
-	growing atomic.Bool
+	misses   atomic.Uint64 // records that found no free carrier (see resize)
+	resizing atomic.Bool
 
 	lastRejection atomic.Pointer[rejection] // see topicRejected
 
@@ -113,6 +113,13 @@ func (h hook) OnProducePartitionFailed(topic string, partition int32, err error)
 	pt.mu.Unlock()
 }
 
+// topic returns what the Producer keeps for a topic, nil if nothing.
+func (p *Producer) topic(name string) *topic {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.topics[name]
+}
+
 // lockPartition returns a partition's state machine, locked, made if make is
 // set; nil if none. A failed record of a partition without one goes to -1's.
 func (p *Producer) lockPartition(name string, id int32, make bool) *partition {
@@ -174,10 +181,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
 	for !p.isClosed() {
-		p.mu.Lock()
-		t := p.topics[pd.r.Topic]
-		p.mu.Unlock()
-		wait, dlTopic, cause := t.admit(pd.r.Key)
+		wait, dlTopic, cause := p.topic(pd.r.Topic).admit(pd.r.Key)
 		if cause != nil {
 			pd.err = cause
 			p.dl.divert(dlTopic, pd, func(err error) {
@@ -351,9 +355,7 @@ func (p *Producer) Close() {
 // kgo's MaxBufferedRecords, say) is concurrent with it: its record may go
 // either way. Resuming a topic that is not stopped is a no-op.
 func (p *Producer) Resume(topic string) {
-	p.mu.Lock()
-	t := p.topics[topic]
-	p.mu.Unlock()
+	t := p.topic(topic)
 	if t == nil {
 		return
 	}
@@ -389,9 +391,7 @@ func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 
 // Quarantined returns the keys quarantined in topic, sorted.
 func (p *Producer) Quarantined(topic string) [][]byte {
-	p.mu.Lock()
-	t := p.topics[topic]
-	p.mu.Unlock()
+	t := p.topic(topic)
 	if t == nil {
 		return nil
 	}

@@ -2,7 +2,6 @@ package korder
 
 import (
 	"context"
-	"errors"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -115,20 +114,10 @@ func (q *queue) take(i, j int) []*pending {
 	return out
 }
 
-// countFront counts the records from the front that were sent in round.
-func (q *queue) countFront(round uint64) int {
+// countFront counts the records from the front for which f holds.
+func (q *queue) countFront(f func(*pending) bool) int {
 	n := 0
-	for n < len(q.rs) && q.rs[n].round == round {
-		n++
-	}
-	return n
-}
-
-// countFailed counts the records from the front that kgo failed, rather
-// than rejected because their partition had failed.
-func (q *queue) countFailed() int {
-	n := 0
-	for n < len(q.rs) && q.rs[n].round == 0 && !errors.Is(q.rs[n].err, kgo.ErrProducePartitionFailed) {
+	for n < len(q.rs) && f(q.rs[n]) {
 		n++
 	}
 	return n
