@@ -36,9 +36,9 @@ type partition struct {
 	failure   error  // that failure: the hook's error, which its rejections carry
 	failed    bool   // kgo has the partition failed
 	organic   bool   // a record that the failure itself failed (not rejected) came back
-	stopped   error  // Stop's cause: records that come back fail with ErrStopped
+	stopped   error  // Stop's error (ErrStopped, wrapping the cause): records that come back fail with it
 	resumed   uint64 // after Resume until recovered: records up to this seq that come back are stopped
-	stopCause error  // the cause of the Stop that Resume ended
+	stopCause error  // the error of the Stop that Resume ended
 	worker    bool   // the worker goroutine runs
 	holding   bool   // the worker holds the topic: records missing under load
 	full      bool   // at MaxHeld (the topic's full count includes it)
@@ -77,11 +77,11 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 		return fmt.Errorf("%w: %w", ErrClosed, err)
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
-		return stoppedErr(pt.stopped)
+		return pt.stopped // made once: a stopped partition rejects at full speed
 	case pd.seq <= pt.resumed:
 		// Produced before Resume: stopped.
 		pt.p.st.stopped.Add(1)
-		return stoppedErr(pt.stopCause)
+		return pt.stopCause
 	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
@@ -264,13 +264,12 @@ func stoppedErr(cause error) error {
 // stopLocked stops the partition: kgo keeps it failed, and every record of
 // it, collected or yet to come back, fails with ErrStopped.
 func (pt *partition) stopLocked(cause error) {
-	pt.stopped = cause
+	pt.stopped = stoppedErr(cause)
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
-	err := stoppedErr(cause)
 	// Only the records kept now: a Resume while the lock is released for
 	// a promise keeps the records produced after it (arriveLocked).
-	rs := pt.q.take(0, pt.q.len())
+	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
 	for _, pd := range rs {
 		pt.t.heldBytes.Add(-pd.size())
 	}
