@@ -142,27 +142,41 @@ func isolationRun(b *testing.B, brokers int, fault string, manual bool, opts []k
 // korder with ManualPartitioner (brokers=2, held=defaults) take turns, in an
 // order that rotates every round, for isolationRounds rounds per fault; it
 // reports each one's median healthy-ratio (raw-ratio, korder-ratio,
-// manual-ratio). Run it with -benchtime 1x; it takes about 15 s per run.
+// manual-ratio). policies=retry is Retry(1000, 10ms), which keeps every
+// record of partition 0 for the whole fault; policies=default is the
+// Producer's default, Retry(3, 100ms) then Stop, which stops partition 0
+// (its records fail with ErrStopped) after some 300ms. Run it with
+// -benchtime 1x; it takes about 60 s per fault and policies.
 func BenchmarkIsolationAlternating(b *testing.B) {
 	for _, fault := range []string{"invalid", "retryablefail", "retryable"} {
-		b.Run("fault="+fault, func(b *testing.B) {
-			for range b.N {
-				var ratios, cpuRatios [3][]float64
-				for round := range isolationRounds {
-					for k := range 3 {
-						i := (round + k) % 3
-						r, c := isolationRunWith(b, 2, fault, i == 2, nil, i == 0, false)
-						ratios[i], cpuRatios[i] = append(ratios[i], r), append(cpuRatios[i], c)
-					}
-				}
-				for i, unit := range []string{"raw", "korder", "manual"} {
-					slices.Sort(ratios[i])
-					slices.Sort(cpuRatios[i])
-					b.ReportMetric(ratios[i][len(ratios[i])/2], unit+"-ratio")
-					b.ReportMetric(cpuRatios[i][len(cpuRatios[i])/2], unit+"-cpu-ratio")
-				}
+		for _, policies := range []string{"retry", "default"} {
+			var opts []korder.Opt
+			if policies == "default" {
+				opts = []korder.Opt{korder.WithPolicies(korder.Retry(3, 100*time.Millisecond), korder.Stop())}
 			}
-		})
+			b.Run("fault="+fault+"/policies="+policies, func(b *testing.B) {
+				isolationAlternate(b, fault, opts)
+			})
+		}
+	}
+}
+
+func isolationAlternate(b *testing.B, fault string, opts []korder.Opt) {
+	for range b.N {
+		var ratios, cpuRatios [3][]float64
+		for round := range isolationRounds {
+			for k := range 3 {
+				i := (round + k) % 3
+				r, c := isolationRunWith(b, 2, fault, i == 2, opts, i == 0, false)
+				ratios[i], cpuRatios[i] = append(ratios[i], r), append(cpuRatios[i], c)
+			}
+		}
+		for i, unit := range []string{"raw", "korder", "manual"} {
+			slices.Sort(ratios[i])
+			slices.Sort(cpuRatios[i])
+			b.ReportMetric(ratios[i][len(ratios[i])/2], unit+"-ratio")
+			b.ReportMetric(cpuRatios[i][len(cpuRatios[i])/2], unit+"-cpu-ratio")
+		}
 	}
 }
 
