@@ -13,28 +13,32 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// ringProducer returns a context bounded to a minute, and a Producer with
+// kopts and opts over a kfake cluster with topic "t" of 2 partitions.
+func ringProducer(t *testing.T, kopts []kgo.Opt, opts ...Opt) (context.Context, *Producer, *kfake.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	p, err := NewProducer(append([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)}, kopts...), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return ctx, p, c
+}
+
 // A ring far smaller than the records in flight: records take carriers
 // lap after lap or closures, the ring grows, and failures collected from
 // carriers of many laps keep their Produce order (a carrier stores its lap,
 // not the record's number). Every promise runs once, every record is
 // written once, in order, and the carriers are clean at the end.
 func TestCarrierRing(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := NewProducer([]kgo.Opt{
-		kgo.SeedBrokers(c.ListenAddrs()...),
-		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.RecordRetries(0),
-	}, WithPolicies(Retry(100, time.Millisecond), Stop()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	ctx, p, c := ringProducer(t, []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.RecordRetries(0)},
+		WithPolicies(Retry(100, time.Millisecond), Stop()))
 	p.ring.Store(p.newCarrierRing(4))
 
 	const n = 3000
@@ -97,18 +101,7 @@ func TestCarrierRing(t *testing.T) {
 // flight, rounded up) after shrinkLaps laps, and records keep taking
 // carriers from the new ring.
 func TestCarrierRingShrinks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	p, err := NewProducer([]kgo.Opt{kgo.SeedBrokers(c.ListenAddrs()...)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	ctx, p, _ := ringProducer(t, nil)
 	big := p.newCarrierRing(4096)
 	p.ring.Store(big)
 	tokens := make(chan struct{}, 128)
