@@ -33,8 +33,8 @@ type carrierRing struct {
 	peak  int                        // the most in flight over those laps
 }
 
-// minCarriers is the size of a Producer's first ring, and maxCarriers the
-// most a ring may have (56 bytes each): records in flight beyond allocate.
+// A ring has from minCarriers (a Producer's first) to maxCarriers carriers
+// (56 bytes each; records in flight beyond allocate); shrinkLaps: resize.
 const (
 	minCarriers = 256
 	maxCarriers = 1 << 17
@@ -105,8 +105,8 @@ func (p *Producer) missed() {
 // resize grows rg once its misses reach a quarter of its size, if half as
 // many records as it has carriers are in flight (else a few slow records
 // missed, which a bigger ring would keep, not avoid): to twice its size, or
-// twice that many if more, at most maxCarriers. Called at each lap of rg (each
-// record whose number is a multiple of its size), it shrinks rg after
+// twice that many if more, at most maxCarriers. Called at each lap of rg (a
+// record numbered a multiple of its size takes a carrier), it shrinks rg after
 // shrinkLaps laps in a row with fewer in flight than an eighth of its size:
 // to four times the most of those, at least minCarriers.
 func (p *Producer) resize(rg *carrierRing, grow bool) {

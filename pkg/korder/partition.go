@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -48,6 +49,8 @@ type partition struct {
 	failedRd  bool       // a record of the last round failed
 	roundRest bool       // the last round was a Retry's first batch: the rest follows
 	suspectRd uint64     // the last round that failed: its records still kept are the suspects
+	roundHi   uint64     // the number of the last round's last record
+	suspectHi uint64     // suspectRd's roundHi
 	settled   bool       // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}
 	since     time.Time
@@ -204,18 +207,10 @@ func (pt *partition) run() {
 			pt.produceLocked(0, false)
 			continue
 		}
-		suspects := pt.q.countFront(func(pd *pending) bool { return pd.round == pt.suspectRd })
-		if pt.suspectRd == 0 {
-			// The first failure: the suspects are the records it failed
-			// (not those rejected after it), which kgo may still be
-			// promising: one alone is the culprit once all came back.
-			suspects = pt.q.countFront(func(pd *pending) bool {
-				return pd.round == 0 && !errors.Is(pd.err, kgo.ErrProducePartitionFailed)
-			})
-			if suspects == 1 && !pt.allSeenLocked() {
-				pt.cond.Wait()
-				continue
-			}
+		suspects, wait := pt.suspectsLocked()
+		if wait {
+			pt.cond.Wait()
+			continue
 		}
 		c := &call{pd: pd, suspects: suspects, env: pt}
 		pt.mu.Unlock()
@@ -239,6 +234,22 @@ func (pt *partition) run() {
 	}
 }
 
+// suspectsLocked returns how many records from the front are suspects: the
+// last failed round's records, or, for the first failure, the records it
+// failed (not those rejected after it), with the records of other goroutines
+// numbered between them. kgo may still be promising the failure's records:
+// wait, one alone is the culprit once all came back (once kgo takes a
+// no-record recovery keeping the partition failed).
+func (pt *partition) suspectsLocked() (n int, wait bool) {
+	if pt.suspectRd != 0 {
+		return pt.q.span(pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }), false
+	}
+	n = pt.q.span(math.MaxUint64, func(pd *pending) bool {
+		return pd.round == 0 && !errors.Is(pd.err, kgo.ErrProducePartitionFailed)
+	})
+	return n, n == 1 && missing(pt.recover(true))
+}
+
 // settleLocked removes pd and calls its promise with err, without the lock.
 func (pt *partition) settleLocked(pd *pending, err error) {
 	if !pt.q.remove(pd) {
@@ -251,20 +262,11 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	pt.mu.Lock()
 }
 
-// stoppedErr is what a stopped partition's records fail with: ErrStopped,
-// wrapping the cause if there is one (a record held back by korder, and
-// stopped before kgo failed it, has none).
-func stoppedErr(cause error) error {
-	if cause == nil {
-		return ErrStopped
-	}
-	return fmt.Errorf("%w: %w", ErrStopped, cause)
-}
-
 // stopLocked stops the partition: kgo keeps it failed, and every record of
-// it, collected or yet to come back, fails with ErrStopped.
+// it, collected or yet to come back, fails with ErrStopped wrapping cause
+// (the record's error, never nil).
 func (pt *partition) stopLocked(cause error) {
-	pt.stopped = stoppedErr(cause)
+	pt.stopped = fmt.Errorf("%w: %w", ErrStopped, cause)
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
 	// Only the records kept now: a Resume while the lock is released for
@@ -386,7 +388,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		return nil
 	}
 	pt.round++
-	pt.failedRd, pt.roundRest = false, rest
+	pt.failedRd, pt.roundRest, pt.roundHi = false, rest, pt.q.rs[n-1].seq
 	for _, pd := range pt.q.take(0, n) {
 		pd.round = pt.round
 		pt.t.heldBytes.Add(-pd.size())
@@ -398,10 +400,6 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	}
 	return nil
 }
-
-// allSeenLocked returns whether every record kgo failed or rejected came back:
-// only then does kgo take a no-record recovery keeping it failed.
-func (pt *partition) allSeenLocked() bool { return !missing(pt.recover(true)) }
 
 // settleCanceledLocked settles, each alone with its context's error, the
 // first n kept records (0: all) whose context is done, before a round would
@@ -442,7 +440,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.back = nil
 	close(pt.roundEnd)
 	if pt.failedRd {
-		pt.suspectRd = pt.round
+		pt.suspectRd, pt.suspectHi = pt.round, pt.roundHi
 	} else if pt.roundRest {
 		pt.settled = true // the rest follows, past the policies
 	}

@@ -114,11 +114,14 @@ func (q *queue) take(i, j int) []*pending {
 	return out
 }
 
-// countFront counts the records from the front for which f holds.
-func (q *queue) countFront(f func(*pending) bool) int {
+// span counts the records from the front through the last one numbered up
+// to hi for which f holds.
+func (q *queue) span(hi uint64, f func(*pending) bool) int {
 	n := 0
-	for n < len(q.rs) && f(q.rs[n]) {
-		n++
+	for i := 0; i < len(q.rs) && q.rs[i].seq <= hi; i++ {
+		if f(q.rs[i]) {
+			n = i + 1
+		}
 	}
 	return n
 }
