@@ -70,8 +70,7 @@
 // # Cost
 //
 // While nothing is wrong, Produce takes no lock and allocates nothing per
-// record: a sequence number (an atomic add), a load of one read-mostly word,
-// and a carrier claimed with a compare-and-swap from a ring that grows and
-// shrinks with the records in flight (carrier.go); kgo's promise goroutine
-// frees it and counts the record out (an atomic add).
+// record: a sequence number (an atomic add), a read-mostly load, and a
+// carrier claimed with a compare-and-swap from a ring sized to the records in
+// flight (carrier.go), which kgo's promise goroutine frees (and counts out).
 package korder

@@ -16,15 +16,13 @@ import (
 // while kgo has the partition failed, while records of it are being settled
 // or produced again, and while it is stopped; a healthy partition has none.
 //
-// While kgo has the partition failed, it rejects every later record of it;
-// each failed or rejected record comes back in its promise, and the
-// partition collects them (q, in Produce order) and counts them (seen). One
-// worker goroutine settles them, the earliest first, through the policies,
-// and hands records to produce again back with RecoverProducePartition,
-// which buffers them at the partition's front and un-fails it in one step,
-// and refuses while records have not come back yet: the worker then waits
-// for them. Everything is under mu; the worker waits on cond, which every
-// change signals, so no wake-up is lost.
+// kgo rejects every later record of a failed partition; each failed or
+// rejected record comes back in its promise, and the partition collects them
+// (q, in Produce order) and counts them (seen). One worker settles them
+// through the policies and hands records back with RecoverProducePartition
+// (buffered at the front, un-failing it in one step; refused while records
+// have not come back: the worker waits for them). Everything is under mu;
+// the worker waits on cond, which every change signals.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -50,6 +48,7 @@ type partition struct {
 	roundRest bool       // the last round was a Retry's first batch: the rest follows
 	suspectRd uint64     // the last round that failed: its records still kept are the suspects
 	roundHi   uint64     // the number of the last round's last record
+	roundKept bool       // the last round kept the partition failed
 	suspectHi uint64     // suspectRd's roundHi
 	settled   bool       // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}
@@ -207,7 +206,7 @@ func (pt *partition) run() {
 			pt.produceLocked(0, false)
 			continue
 		}
-		suspects, wait := pt.suspectsLocked()
+		suspects, pd, wait := pt.suspectsLocked()
 		if wait {
 			pt.cond.Wait()
 			continue
@@ -234,20 +233,20 @@ func (pt *partition) run() {
 	}
 }
 
-// suspectsLocked returns how many records from the front are suspects: the
-// last failed round's records, or, for the first failure, the records it
-// failed (not those rejected after it), with the records of other goroutines
-// numbered between them. kgo may still be promising the failure's records:
-// wait, one alone is the culprit once all came back (once kgo takes a
-// no-record recovery keeping the partition failed).
-func (pt *partition) suspectsLocked() (n int, wait bool) {
-	if pt.suspectRd != 0 {
-		return pt.q.span(pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }), false
+// suspectsLocked returns how many records from the front are suspects, and
+// the first, which the policies decide on: the last failed round's records,
+// or a first failure's failed records (not those rejected after it), with
+// the rejected records of other goroutines numbered between them. wait: one
+// alone is the culprit once all came back (kgo takes a no-record recovery).
+func (pt *partition) suspectsLocked() (n int, first *pending, wait bool) {
+	hi, f := pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }
+	if pt.suspectRd == 0 {
+		hi, f = math.MaxUint64, func(pd *pending) bool { return !errors.Is(pd.err, kgo.ErrProducePartitionFailed) }
 	}
-	n = pt.q.span(math.MaxUint64, func(pd *pending) bool {
-		return pd.round == 0 && !errors.Is(pd.err, kgo.ErrProducePartitionFailed)
-	})
-	return n, n == 1 && missing(pt.recover(true))
+	if n, first = pt.q.span(hi, f); first == nil {
+		first = pt.q.front()
+	}
+	return n, first, pt.suspectRd == 0 && n == 1 && missing(pt.recover(true))
 }
 
 // settleLocked removes pd and calls its promise with err, without the lock.
@@ -388,7 +387,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		return nil
 	}
 	pt.round++
-	pt.failedRd, pt.roundRest, pt.roundHi = false, rest, pt.q.rs[n-1].seq
+	pt.failedRd, pt.roundRest, pt.roundKept, pt.roundHi = false, rest, keep, pt.q.rs[n-1].seq
 	for _, pd := range pt.q.take(0, n) {
 		pd.round = pt.round
 		pt.t.heldBytes.Add(-pd.size())
@@ -430,16 +429,16 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	delete(pt.inRound, r)
-	if err != nil {
-		pt.failedRd = true
-	}
+	pt.failedRd = pt.failedRd || err != nil
 	if len(pt.inRound) > 0 {
 		return
 	}
 	pt.q.insertFront(pt.back)
 	pt.back = nil
 	close(pt.roundEnd)
-	if pt.failedRd {
+	if pt.failedRd && !pt.roundKept {
+		pt.suspectRd = 0 // records produced after it may have failed with it: as a first failure
+	} else if pt.failedRd {
 		pt.suspectRd, pt.suspectHi = pt.round, pt.roundHi
 	} else if pt.roundRest {
 		pt.settled = true // the rest follows, past the policies

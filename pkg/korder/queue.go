@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"cmp"
 	"context"
 	"sort"
 
@@ -115,13 +116,13 @@ func (q *queue) take(i, j int) []*pending {
 }
 
 // span counts the records from the front through the last one numbered up
-// to hi for which f holds.
-func (q *queue) span(hi uint64, f func(*pending) bool) int {
-	n := 0
+// to hi for which f holds, and returns the first such one (nil if none).
+func (q *queue) span(hi uint64, f func(*pending) bool) (n int, first *pending) {
 	for i := 0; i < len(q.rs) && q.rs[i].seq <= hi; i++ {
 		if f(q.rs[i]) {
 			n = i + 1
+			first = cmp.Or(first, q.rs[i])
 		}
 	}
-	return n
+	return n, first
 }

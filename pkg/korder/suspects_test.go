@@ -1,57 +1,79 @@
 package korder
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // The queue is in Produce order (record numbers), kgo's batches in the
 // order records were buffered: a record of another goroutine, numbered
-// before a failed record but buffered after the failure (so rejected), sits
-// between the failed records. The suspects run from the front through the
-// last failed record; counting only the failed records at the front made
-// the first of them a lone culprit, which Isolate then diverted (seen in
-// TestMatrixMidStream under -race, about once in 100 runs).
-func TestSuspectsSpanInterleavedRecords(t *testing.T) {
-	_, p, _ := ringProducer(t, nil)
+// before a failed record but buffered after the failure, is rejected and
+// sits before or between the failed records. The suspects run from the
+// front through the last failed record, and the policies decide on the
+// first failed one, never on a record that was only rejected. Before, the
+// suspects stopped at the first rejected record (Isolate took the failed
+// record before it for a lone culprit: TestMatrixMidStream, about once in
+// 100 -race runs), the policies decided on the front record (DeadLetter
+// diverted a rejected record; Retry read a rejection, which never wraps
+// ErrPossiblyWritten, and produced possibly written records again), and a
+// round that un-failed the partition counted only its own records, not
+// those produced after it that failed with it.
+func TestSuspectsAcrossGoroutines(t *testing.T) {
+	_, p, _ := ringProducer(t, nil, WithPolicies(Retry(3, 0), Stop()))
 	tp := &topic{p: p, name: "t", parts: map[int32]*partition{}}
 	pt := tp.partitionLocked(0)
-	failed := errors.New("INVALID_RECORD")
-	rejected := fmt.Errorf("%w: %w", kgo.ErrProducePartitionFailed, failed)
-	add := func(seq uint64, err error, round uint64) {
-		pt.q.insert(&pending{seq: seq, r: &kgo.Record{Topic: "t"}, err: err, round: round})
+	failed := fmt.Errorf("%w: %w", kgo.ErrPossiblyWritten, kerr.RequestTimedOut)
+	rejected := fmt.Errorf("%w: %w", kgo.ErrProducePartitionFailed, kerr.RequestTimedOut)
+	pds := map[uint64]*pending{}
+	fill := func(recs ...any) { // seq, error, round, ...
+		pt.q = queue{}
+		for i := 0; i < len(recs); i += 3 {
+			pd := &pending{seq: uint64(recs[i].(int)), r: &kgo.Record{Topic: "t"}, err: recs[i+1].(error), round: uint64(recs[i+2].(int))}
+			pds[pd.seq] = pd
+			pt.q.insert(pd)
+		}
+	}
+	check := func(what string, wantN int, wantFirst uint64) {
+		t.Helper()
+		n, first, wait := pt.suspectsLocked()
+		if n != wantN || first != pds[wantFirst] || wait {
+			t.Fatalf("%s: %d suspects from seq %d (wait %v), expected %d from seq %d", what, n, first.seq, wait, wantN, wantFirst)
+		}
 	}
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 
-	// The first failure: 10 and 30 failed, 20 was rejected, 40 too.
-	add(10, failed, 0)
-	add(20, rejected, 0)
-	add(30, failed, 0)
-	add(40, rejected, 0)
-	if n, wait := pt.suspectsLocked(); n != 3 || wait {
-		t.Fatalf("first failure: %d suspects (wait %v), expected 3: 10, 20 and 30", n, wait)
+	fill(5, rejected, 0, 10, failed, 0, 20, rejected, 0, 30, failed, 0, 40, rejected, 0)
+	check("first failure", 4, 10)
+	if a := p.decide(&call{pd: pds[10], suspects: 4, env: pt}); a.kind == actProduce {
+		t.Fatalf("Retry produces possibly written records again: %+v", a)
 	}
 
-	// A failed round (2) took 10 and 30; 20, rejected meanwhile, went
-	// back between them.
-	pt.q = queue{}
-	add(10, failed, 2)
-	add(20, rejected, 0)
-	add(30, failed, 2)
-	add(40, rejected, 0)
+	// A round (2) that kept the partition failed took 10 and 30; 20,
+	// rejected meanwhile, went back between them.
+	fill(10, failed, 2, 20, rejected, 0, 30, failed, 2, 40, rejected, 0)
 	pt.round, pt.suspectRd, pt.suspectHi = 2, 2, 30
-	if n, _ := pt.suspectsLocked(); n != 3 {
-		t.Fatalf("failed round: %d suspects, expected 3: 10, 20 and 30", n)
-	}
+	check("failed round", 3, 10)
 	// Isolate wrote 10 and 20, and settled 30: no suspect is left, and
 	// the rejected record is not one.
-	pt.q.take(0, 3)
-	add(20, rejected, 0)
-	if n, _ := pt.suspectsLocked(); n != 0 {
+	fill(20, rejected, 0, 40, rejected, 0)
+	if n, _, _ := pt.suspectsLocked(); n != 0 {
 		t.Fatalf("after the culprit: %d suspects, expected none", n)
 	}
+
+	// A round (3) that un-failed the partition failed with 50, produced
+	// after it, in its batch; 60 was rejected.
+	// Its last record, 35, is written: the round ends.
+	fill(10, failed, 3, 30, failed, 3, 50, failed, 0, 60, rejected, 0)
+	last := &kgo.Record{Topic: "t"}
+	pt.inRound = map[*kgo.Record]*pending{last: {seq: 35, r: last, promise: func(*kgo.Record, error) {}, round: 3}}
+	pt.round, pt.roundKept, pt.failedRd, pt.roundEnd = 3, false, true, make(chan struct{})
+	p.in.Add(1) // as Produce did for it: its promise counts it out
+	pt.mu.Unlock()
+	pt.roundPromise(last, nil)
+	pt.mu.Lock()
+	check("a round that un-failed the partition", 3, 10)
 }
