@@ -57,16 +57,19 @@ func TestResumeDoesNotReleaseEarlierRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	ps := newPromises()
-	resumed := make(chan struct{})
+	resumed, produced := make(chan struct{}), make(chan struct{})
 	pfn := ps.fn()
 	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}, func(r *kgo.Record, err error) {
 		pfn(r, err)
-		go func() { p.Resume(topic); close(resumed) }()
+		// Resume once a-1 and a-2 are produced (POISON may be stopped
+		// before they are: they would then be produced after Resume).
+		go func() { <-produced; p.Resume(topic); close(resumed) }()
 	})
 	waitOn(ctx, t, failed, "the partition's failure")
 	a1, a2 := rec(0, "a", 1), rec(0, "a", 2)
 	p.Produce(ctx, a1, ps.fn())
 	p.Produce(ctx, a2, ps.fn())
+	close(produced)
 	ps.wait(ctx, t)
 	waitOn(ctx, t, resumed, "Resume")
 	for r, err := range ps.check(t) {
