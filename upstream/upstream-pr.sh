@@ -4,16 +4,18 @@
 # are sent (PRS below; the folder names are the concerns' letters):
 #
 #   c-delivery-timeout   RecordDeliveryTimeout measured from batch creation
-#   d-lost-response      an idempotent batch whose response was lost is
-#                        retried until answered
-#   e-never-renumber     an idempotent batch that may be in the log is never
-#                        renumbered; ErrPossiblyWritten
+#   d-unsure-batches     an idempotent batch whose response was lost is
+#                        retried until answered, one that may be in the log
+#                        is never renumbered; ErrPossiblyWritten
 #   f-kfake-epoch        kfake: an idempotent producer's epoch per partition
 #                        (kfake, at its pinned version, is in pkg/kfake of
 #                        every tree, as patchset.sh materializes it)
 #   a-fail-stop          the benchmarks and FailPartitionOnProduceFailure
-#                        (#852: option, hook, RecoverProducePartition,
-#                        transaction refusal)
+#                        (#852, the core: option, hook, error, recovery)
+#   h-topic-failures     a topic fails (-1) for records failing before
+#                        their partitions are known
+#   i-keep-failed        RecoverProducePartitionKeepFailed
+#   j-transactions       a transaction with a failed partition cannot commit
 #   b-steering           unkeyed records routed around failed partitions
 #   g-partition-bound    a per-partition buffer bound that fails a stalled partition
 #
@@ -63,13 +65,15 @@ kfake_version=$(awk '$1 == "kfake-version" { print $2 }' "$root/upstream/PIN")
 # The PRs in the order they are sent, each with its patches (in series order).
 # A patch added to patches/series must be added here too (the check below
 # names it).
-PRS=(c-delivery-timeout d-lost-response e-never-renumber f-kfake-epoch a-fail-stop b-steering g-partition-bound)
+PRS=(c-delivery-timeout d-unsure-batches f-kfake-epoch a-fail-stop h-topic-failures i-keep-failed j-transactions b-steering g-partition-bound)
 declare -A PR_PATCHES=(
 	[c-delivery-timeout]="kgo-measure-RecordDeliveryTimeout-from-when-a-record-s-batch.patch"
-	[d-lost-response]="kgo-keep-retrying-an-idempotent-batch-whose-request-may-have.patch"
-	[e-never-renumber]="kgo-never-renumber-a-batch-that-may-already-have-been-writte.patch"
+	[d-unsure-batches]="kgo-retry-and-never-renumber-a-batch-that-may-have-been-writ.patch"
 	[f-kfake-epoch]="kfake-check-an-idempotent-producer-s-epoch-per-partition.patch"
 	[a-fail-stop]="kgo-add-produce-hot-path-benchmarks.patch kgo-add-FailPartitionOnProduceFailure.patch"
+	[h-topic-failures]="kgo-fail-a-produce-topic-whose-records-fail-before-partition.patch"
+	[i-keep-failed]="kgo-add-RecoverProducePartitionKeepFailed.patch"
+	[j-transactions]="kgo-refuse-to-commit-a-transaction-in-which-a-produce-partit.patch"
 	[b-steering]="kgo-route-unkeyed-records-around-failed-produce-partitions.patch"
 	[g-partition-bound]="kgo-add-MaxBufferedPartitionRecords.patch"
 )
@@ -83,7 +87,7 @@ declare -A PR_PATCHES=(
 # before a, it does not edit a's doc.
 declare -A PR_ALONE=(
 	[c-delivery-timeout]="|pkg/kgo/produce_timeout_test.go|TestDeliveryTimeoutOldTimestamp|1"
-	[d-lost-response]="|pkg/kgo/produce_unsure_test.go|TestProduceLostResponseKeepsBatchUnsure|0"
+	[d-unsure-batches]="|pkg/kgo/produce_unsure_test.go|TestProduceLostResponseKeepsBatchUnsure|0"
 )
 
 work=$(mktemp -d)

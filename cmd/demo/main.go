@@ -213,9 +213,9 @@ func modeLegend(cfg config, name string) []string {
 		}
 	case "fail-stop + manual":
 		return []string{
-			"kgo.FailPartitionOnProduceFailure + its hook, recovered by hand: hold new records,",
-			"collect the failed ones from promises, RecoverProducePartition with them and the",
-			fmt.Sprintf("held ones in order; on a repeat, one at a time (up to %d attempts %s apart)", cfg.attempts, cfg.backoff),
+			"kgo.FailPartitionOnProduceFailure, recovered by hand: promises collect the failed and",
+			"rejected records; RecoverProducePartition with them in order, again while it answers",
+			fmt.Sprintf("ErrRecoveryPending; on a repeat, one at a time (up to %d attempts %s apart)", cfg.attempts, cfg.backoff),
 		}
 	case "korder":
 		return []string{fmt.Sprintf("korder.NewProducer with Retry(%d, %s), Isolate(), DeadLetter(%q)", cfg.attempts-1, cfg.backoff, dlqTopic)}

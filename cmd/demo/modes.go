@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,16 +25,6 @@ var modes = []mode{
 	{"upstream-style", runUpstream},
 	{"fail-stop + manual", runFailStop},
 	{"korder", runKorder},
-}
-
-// sleepCtx waits d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-	case <-ctx.Done():
-	}
 }
 
 // runUpstream is what an application does with kgo as it is upstream
@@ -73,35 +62,29 @@ func runUpstream(ctx context.Context, w *workload, c *kfake.Cluster, t *tracker)
 }
 
 // runFailStop is the recovery protocol of kgo.FailPartitionOnProduceFailure
-// done by hand, as in the README. Once a partition fails, the application
-// holds its new records and collects its failed and rejected records from
-// their promises, counting them (seen); then RecoverProducePartition buffers
-// them and the held ones, in produce order, at the partition's front, and
-// un-fails it. A call refused because promises are missing is made again
-// once they arrived. If recovered records fail again (a poison record in
-// their batch), they go one at a time, with keepFailed so that the partition
-// stays failed behind each, until the application gives up on the record
-// that keeps failing (cfg.attempts failures).
+// done by hand, as in the README. Records are produced as they come: once a
+// partition fails, kgo rejects its new records, and every failed or rejected
+// record comes back to its promise carrying the failure, which collects it.
+// A goroutine recovers each failure with its records, in produce order,
+// calling again while kgo refuses because a promise has not returned. A
+// record that failed before (a poison record fails its batch each time) goes
+// first and alone, keeping the partition failed behind it, until it is
+// written or the application gives up on it (cfg.attempts failures).
 func runFailStop(ctx context.Context, w *workload, c *kfake.Cluster, t *tracker) error {
-	a := &failStopApp{w: w, t: t, ctx: ctx, wake: make(chan struct{}, 1), attempts: make([]int, w.cfg.records)}
-	for range w.cfg.partitions {
-		a.parts = append(a.parts, &fsPart{awaiting: -1})
-	}
-	cl, err := kgo.NewClient(append(clientOpts(w.cfg, c, t, (*fsHook)(a)), kgo.FailPartitionOnProduceFailure())...)
+	cl, err := kgo.NewClient(append(clientOpts(w.cfg, c, t), kgo.FailPartitionOnProduceFailure())...)
 	if err != nil {
 		return err
 	}
-	a.cl = cl
-	coordCtx, stop := context.WithCancel(ctx)
-	var coord sync.WaitGroup
-	coord.Go(func() { a.coordinate(coordCtx) })
-	defer func() {
-		stop()
-		coord.Wait()
-		cl.Close()
-	}()
+	defer cl.Close()
+	a := &manual{w: w, t: t, cl: cl, parts: make([]manualPart, w.cfg.partitions), failures: make([]int, w.cfg.records)}
+	for i := range a.parts {
+		a.parts[i].alone = -1
+	}
+	recCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.recoverLoop(recCtx)
 
-	if err := produceAll(ctx, w, t, a.submit); err != nil {
+	if err := produceAll(ctx, w, t, func(id int) { cl.Produce(ctx, w.record(id), a.promise) }); err != nil {
 		return err
 	}
 	if err := t.wait(ctx); err != nil {
@@ -110,160 +93,108 @@ func runFailStop(ctx context.Context, w *workload, c *kfake.Cluster, t *tracker)
 	return cl.Flush(ctx)
 }
 
-type failStopApp struct {
-	w   *workload
-	t   *tracker
-	cl  *kgo.Client
-	ctx context.Context
+type manual struct {
+	w  *workload
+	t  *tracker
+	cl *kgo.Client
 
-	mu       sync.Mutex
-	parts    []*fsPart
-	attempts []int // per record: the times kgo failed it (not counting rejections)
-
-	hookMu sync.Mutex
-	hooked []int32
-	wake   chan struct{}
+	mu       sync.Mutex // taken by every promise: see recoverLocked
+	parts    []manualPart
+	failures []int // per record: the times kgo failed it (rejections not counted)
 }
 
-type fsPart struct {
-	failed   bool      // the partition failed: hold new records, recover it
-	seen     int       // failed or rejected promises since the last recovery call
-	failures []int     // failed or rejected records to produce again, in any order
-	held     []int     // records produced while failed, in order
-	awaiting int       // the record recovered alone, until its promise ran; -1 if none
-	retryAt  time.Time // a record that failed again waits for the backoff
-}
-
-// fsHook is the kgo.HookProducePartitionFailed. It runs on a kgo goroutine,
-// possibly inside Produce while the app's mutex is held, so it only takes a
-// leaf lock and wakes the coordinator.
-type fsHook failStopApp
-
-func (h *fsHook) OnProducePartitionFailed(tp string, partition int32, err error) {
-	a := (*failStopApp)(h)
-	if tp != topic {
-		return
-	}
-	if partition < 0 || int(partition) >= len(a.parts) {
-		a.t.fail(fmt.Errorf("fail-stop: unexpected failure of %s/%d: %w", tp, partition, err))
-		return
-	}
-	a.hookMu.Lock()
-	a.hooked = append(a.hooked, partition)
-	a.hookMu.Unlock()
-	a.signal()
-}
-
-func (a *failStopApp) signal() {
-	select {
-	case a.wake <- struct{}{}:
-	default:
-	}
-}
-
-// submit hands a new record to kgo, or holds it if its partition failed.
-func (a *failStopApp) submit(id int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	ps := a.parts[a.w.part[id]]
-	if ps.failed {
-		ps.held = append(ps.held, id)
-		return
-	}
-	a.cl.Produce(a.ctx, a.w.record(id), a.promise)
+type manualPart struct {
+	failure *kgo.ErrProducePartitionFailed // to recover; nil if none
+	ids     []int                          // its failed and rejected records, to produce again
+	alone   int                            // a record recovered alone, until its promise ran; -1 if none
+	retryAt time.Time                      // a record that failed again waits for the backoff
 }
 
 // promise is every record's promise. Promises run on kgo's own goroutine,
 // one at a time, in produce order per partition.
-func (a *failStopApp) promise(r *kgo.Record, err error) {
+func (a *manual) promise(r *kgo.Record, err error) {
 	id, _, _, _ := parse(r.Value)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ps := a.parts[a.w.part[id]]
-	if ps.awaiting == id {
-		ps.awaiting = -1
-		a.signal() // the next part of the recovery
+	p := &a.parts[r.Partition]
+	if p.alone == id {
+		p.alone = -1
 	}
-	if err == nil {
+	var f *kgo.ErrProducePartitionFailed
+	switch {
+	case err == nil:
 		a.t.settle(id, ok)
-		return
-	}
-	// The hook may not have run yet: hold the partition now.
-	ps.failed = true
-	ps.seen++
-	if !errors.Is(err, kgo.ErrProducePartitionFailed) { // not merely rejected
-		a.attempts[id]++
-		if a.attempts[id] > 1 {
-			ps.retryAt = time.Now().Add(a.w.cfg.backoff)
+	case !errors.As(err, &f): // kgo failed it alone: never here
+		a.t.fail(fmt.Errorf("fail-stop: record %d failed without its partition: %w", id, err))
+	default:
+		p.failure = f
+		if err != error(f) { // failed, not merely rejected
+			if a.failures[id]++; a.failures[id] > 1 {
+				p.retryAt = time.Now().Add(a.w.cfg.backoff)
+			}
+		}
+		if a.failures[id] >= a.w.cfg.attempts {
+			a.t.settle(id, gaveUp) // its failure is recovered all the same
+		} else {
+			p.ids = append(p.ids, id)
 		}
 	}
-	if a.attempts[id] >= a.w.cfg.attempts {
-		a.t.settle(id, gaveUp) // seen all the same
-	} else {
-		ps.failures = append(ps.failures, id)
-	}
-	a.signal()
 }
 
-// coordinate recovers failed partitions as their promises arrive.
-func (a *failStopApp) coordinate(ctx context.Context) {
+// recoverLoop tries to recover every failed partition every millisecond.
+func (a *manual) recoverLoop(ctx context.Context) {
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.wake:
+		case <-tick.C:
 		}
-		a.hookMu.Lock()
-		hooked := a.hooked
-		a.hooked = nil
-		a.hookMu.Unlock()
-
 		a.mu.Lock()
-		for _, p := range hooked {
-			a.parts[p].failed = true
-		}
-		for p, ps := range a.parts {
-			if ps.failed && ps.awaiting < 0 {
-				a.recoverLocked(int32(p), ps)
-			}
+		for i := range a.parts {
+			a.recoverLocked(&a.parts[i])
 		}
 		a.mu.Unlock()
 	}
 }
 
-// recoverLocked calls RecoverProducePartition for partition p with its
-// failed and held records in produce order (ids are produce order), or,
-// while the first of them has failed again, with that one alone.
-func (a *failStopApp) recoverLocked(p int32, ps *fsPart) {
-	if d := time.Until(ps.retryAt); d > 0 {
-		time.AfterFunc(d, a.signal)
+// recoverLocked recovers p's failure with its records in produce order (ids
+// are produce order), or, while the first of them has failed again, with
+// that one alone. a.mu is held across the call: a record kgo rejected
+// meanwhile has a promise waiting for a.mu, so kgo refuses the recovery
+// (ErrRecoveryPending) rather than accept it without that record.
+func (a *manual) recoverLocked(p *manualPart) {
+	if p.failure == nil || p.alone >= 0 || time.Now().Before(p.retryAt) {
 		return
 	}
-	rs := append(slices.Sorted(slices.Values(ps.failures)), ps.held...)
-	keepFailed := false
-	if len(rs) > 1 && a.attempts[rs[0]] > 1 {
-		rs, keepFailed = rs[:1], true
+	slices.Sort(p.ids)
+	ids := p.ids
+	alone := len(ids) > 1 && a.failures[ids[0]] > 1
+	if alone {
+		ids = ids[:1]
 	}
-	recs := make([]*kgo.Record, len(rs))
-	for i, id := range rs {
-		recs[i] = a.w.record(id)
+	rs := make([]*kgo.Record, len(ids))
+	for i, id := range ids {
+		rs[i] = a.w.record(id)
 	}
-	err := a.cl.RecoverProducePartition(topic, p, ps.seen, keepFailed, a.promise, recs...)
-	if err != nil {
-		// Refused: promises are missing, and their arrival wakes us.
-		if !strings.Contains(err.Error(), "not seen") {
-			a.t.fail(fmt.Errorf("fail-stop: recovering partition %d: %w", p, err))
-		}
-		return
-	}
-	ps.seen = 0
-	ps.failures = slices.DeleteFunc(ps.failures, func(id int) bool { return slices.Contains(rs, id) })
-	ps.held = slices.DeleteFunc(ps.held, func(id int) bool { return slices.Contains(rs, id) })
-	if keepFailed {
-		ps.awaiting = rs[0]
+	var next *kgo.ErrProducePartitionFailed // alone: the failure the partition stays failed with
+	var err error
+	if alone {
+		next, err = a.cl.RecoverProducePartitionKeepFailed(p.failure, a.promise, rs...)
 	} else {
-		ps.failed = false
+		err = a.cl.RecoverProducePartition(p.failure, a.promise, rs...)
 	}
+	switch {
+	case errors.Is(err, kgo.ErrRecoveryPending): // a promise of it is returning: next tick
+		return
+	case err != nil:
+		a.t.fail(fmt.Errorf("fail-stop: recovering %s/%d: %w", p.failure.Topic, p.failure.Partition, err))
+	}
+	if alone {
+		p.alone = ids[0]
+	}
+	p.failure, p.ids = next, slices.Delete(p.ids, 0, len(ids)) // ids is p.ids[:len(ids)]
 }
 
 // runKorder produces through a korder.Producer, which runs the recovery

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,10 +20,16 @@ import (
 // wait is on a channel or a promise, bounded by testCtx.
 
 // failedHook signals each partition failure kgo reports (the application's
-// own hook, called before the Producer's).
+// own hook, called before the Producer's), up to 100 not yet received: kgo
+// calls it inline, with the partition's lock held, so it must not block.
 func failedHook() (kgo.Opt, <-chan struct{}) {
 	ch := make(chan struct{}, 100)
-	return kgo.WithHooks(userHook(func() { ch <- struct{}{} })), ch
+	return kgo.WithHooks(userHook(func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})), ch
 }
 
 func waitOn(ctx context.Context, t *testing.T, ch <-chan struct{}, what string) {
@@ -452,17 +457,22 @@ func TestResumeDuringStopKeepsLaterRecords(t *testing.T) {
 }
 
 // A transaction abort recovers every failed partition in kgo, behind the
-// Producer's back, and kgo's count of failed or rejected records restarts
-// with the partition's next failure. The Producer counts afresh too: it
-// tells the new failure from the one it knew by its error (the hook's, which
-// the rejections carry and which may come first). With the stale count of a
-// stopped partition, a Resume recovered the partition before the records
-// rejected in the new transaction came back, and those failed with their
-// rejection, not ErrStopped (before that, they hung). Found while looking
-// into chaos seed 51. X, rejected in transaction 1 (it failed before kgo
-// buffered it, so the abort does not wait for it), comes back after the new
-// failure's hook: it must not count for the new failure (the partition was
-// then refused for ever, and c-0 hung).
+// Producer's back, and the partition's next failure is a new one. The
+// Producer tells the new failure from the one it knew by the failure its
+// records carry, and recovers the new one once every promise of it returned.
+// With the stale count of a stopped partition (kgo's former API), a Resume
+// recovered the partition before the records rejected in the new transaction
+// came back, and those failed with their rejection, not ErrStopped (before
+// that, they hung). Found while looking into chaos seed 51. X, rejected in
+// transaction 1 (the abort does not wait for its promise, held), comes back
+// after the new failure exists: it belongs to the old one (with the former
+// API, counted for the new failure, it left the partition refused for ever,
+// and c-0 hung).
+//
+// X used to be larger than MaxBufferedBytes, failing before kgo buffered it;
+// kgo now counts such a record's bytes as buffered until its promise returns,
+// which is over MaxBufferedBytes by itself: every later Produce (K's) blocked
+// behind X's held promise. A small record, rejected, tests the same.
 func TestAbortRestartsTheCount(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
@@ -487,7 +497,7 @@ func TestAbortRestartsTheCount(t *testing.T) {
 	}
 	ps = newPromises()
 	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
-	x := &kgo.Record{Topic: topic, Partition: 0, Key: []byte("x"), Value: []byte(strings.Repeat("x", 8<<10))}
+	x := rec(0, "x", 0)
 	p.Produce(ctx, x, ps.fn())
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("transaction 1 committed although its partition failed")
@@ -529,22 +539,29 @@ func expectResumed(ctx context.Context, t *testing.T, p *korder.Producer, ps *pr
 }
 
 // A Resume from an application hook that kgo calls for a new failure after
-// an abort, before the Producer's hook (registered last): the Producer's
-// count is still the old failure's, and must not recover the new one with it.
-// It did, before the new failure's rejected records came back: K, A and B,
-// produced before Resume, then failed with kgo's errors, not ErrStopped.
+// an abort: kgo calls hooks inline, with the partition's lock held, before
+// the Producer's (registered last), which only counts. Resume must neither
+// block nor call kgo there (a recovery would wait for that lock for ever);
+// the Producer still knows only the old failure, of the Stop, and its
+// worker must recover the new one, which it learns from the promises, once
+// every one of them returned. K, produced before the Resume, fails with
+// ErrStopped; A and B, produced after it (kgo rejects them until the new
+// failure is recovered), are written, and so is c-0.
+//
+// (With kgo's former API, the application's hook ran with no lock held and
+// waited while A and B were produced, to resume after them: the Producer's
+// count of the old failure must not have recovered the new one.)
 func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
 	var p *korder.Producer
-	var calls atomic.Int32
-	failed2, goAhead, resumed := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	hook := userHook(func() {
-		if calls.Add(1) == 2 {
-			close(failed2)
-			<-goAhead // A and B are rejected meanwhile
-			p.Resume(topic)
-			close(resumed)
+	resumed, once := make(chan struct{}), sync.Once{}
+	hook := partHook(func(f *kgo.ErrProducePartitionFailed) {
+		if errors.Is(f.Err, kerr.InvalidRecord) { // K's (J's Retry fails anew too)
+			once.Do(func() {
+				p.Resume(topic)
+				close(resumed)
+			})
 		}
 	})
 	p = newProducer(t, c, []kgo.Opt{kgo.TransactionalID("korder-resume"), kgo.ProducerBatchMaxBytes(1 << 10), kgo.WithHooks(hook)},
@@ -554,7 +571,7 @@ func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Transaction 1: J fails its partition, and is stopped; the records
-	// rejected after the Stop count; the transaction aborts.
+	// rejected after the Stop are stopped too; the transaction aborts.
 	ps := newPromises()
 	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Key: []byte("j"), Value: make([]byte, 2<<10)}, ps.fn())
 	ps.wait(ctx, t)
@@ -568,20 +585,31 @@ func TestResumeBeforeTheNewFailuresHook(t *testing.T) {
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
 	}
-	// Transaction 2: the broker fails K; A and B are rejected while the
-	// application's hook waits, and it resumes the topic.
+	// Transaction 2: the broker fails K, and the application's hook
+	// resumes the topic; A and B are produced after, while kgo's promises
+	// are held.
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 1})
 	ps = newPromises()
 	release := holdPromises(ctx, t, p, rec(1, "h", 0), ps.fn())
 	k, a, b := rec(0, "k", 0), rec(0, "a", 0), rec(0, "b", 0)
 	p.Produce(ctx, k, ps.fn())
-	waitOn(ctx, t, failed2, "K's failure")
+	waitOn(ctx, t, resumed, "the Resume from K's failure hook")
 	p.Produce(ctx, a, ps.fn())
 	p.Produce(ctx, b, ps.fn())
-	close(goAhead)
-	waitOn(ctx, t, resumed, "the Resume")
 	close(release)
-	expectResumed(ctx, t, p, ps, k, a, b)
+	ps.wait(ctx, t)
+	errs := ps.check(t)
+	if err := errs[k]; !errors.Is(err, korder.ErrStopped) {
+		t.Errorf("k-0, produced before Resume: got %v, want ErrStopped", err)
+	}
+	for _, r := range []*kgo.Record{a, b} {
+		if err := errs[r]; err != nil {
+			t.Errorf("%s, produced after Resume: %v", r.Value, err)
+		}
+	}
+	if err := produceSync(ctx, p, rec(0, "c", 0)); err != nil {
+		t.Errorf("c-0, produced after Resume: %v", err)
+	}
 }
 
 // A dead-letter topic that kgo fails as a whole (partition -1: here it does

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -19,19 +20,22 @@ const (
 )
 
 // deadLetters writes copies of records to dead-letter topics, and recovers
-// the dead-letter partitions kgo fails. They are not the Producer's: their
-// failures are not counted, and only how many failed copies were seen per
-// partition is kept, which recovering it needs.
+// the dead-letter partitions (and topics) kgo fails. They are not the
+// Producer's: their failures are not counted, and their failed copies are not
+// produced again (the record goes to the next policy). A failure is recovered,
+// with no record, from a goroutine of its own: kgo refuses it until every
+// promise of the failure has returned, which a promise cannot wait for.
 type deadLetters struct {
-	cl     *kgo.Client
-	topics map[string]bool // the policies' dead-letter topics (read only)
+	cl      *kgo.Client
+	topics  map[string]bool // the policies' dead-letter topics (read only)
+	closing <-chan struct{}
 
-	mu   sync.Mutex
-	seen map[string]map[int32]int
+	mu         sync.Mutex
+	recovering map[*kgo.ErrProducePartitionFailed]bool
 }
 
 func newDeadLetters(policies []Policy) *deadLetters {
-	d := &deadLetters{topics: map[string]bool{}, seen: map[string]map[int32]int{}}
+	d := &deadLetters{topics: map[string]bool{}, recovering: map[*kgo.ErrProducePartitionFailed]bool{}}
 	for _, p := range policies {
 		if p.kind == policyDeadLetter {
 			d.topics[p.topic] = true
@@ -60,29 +64,52 @@ func copyFor(topic string, pd *pending) *kgo.Record {
 func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
 	d.cl.Produce(context.Background(), copyFor(topic, pd), func(r *kgo.Record, err error) {
 		if err != nil {
-			d.failed(r, err)
+			d.failed(err)
 		}
 		done(err)
 	})
 }
 
-// failed counts a failed dead-letter record, and recovers its partition (or
-// topic) once every record kgo failed or rejected there was seen.
-func (d *deadLetters) failed(r *kgo.Record, err error) {
-	id := r.Partition
-	if failedWithTopic(d.cl, r.Topic, id, err) {
-		id = -1
+// failed takes a failed dead-letter copy: if it failed with (or was rejected
+// by) a failure of its partition or topic, that failure is recovered.
+func (d *deadLetters) failed(err error) {
+	var f *kgo.ErrProducePartitionFailed
+	if !errors.As(err, &f) {
+		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	parts := d.seen[r.Topic]
-	if parts == nil {
-		parts = map[int32]int{}
-		d.seen[r.Topic] = parts
+	if !d.recovering[f] {
+		d.recovering[f] = true
+		go d.recover(f)
 	}
-	parts[id]++
-	if d.cl.RecoverProducePartition(r.Topic, id, parts[id], false, nil) == nil {
-		delete(parts, id)
+}
+
+// recover recovers f once every promise of it has returned: kgo refuses
+// until then, and it is tried again after a short wait, backing off. A topic
+// that kgo keeps failed (copies produced to it during the recovery were
+// rejected) is recovered again; a failure that kgo no longer has (recovered,
+// or failed anew: the new failure's copies come back too) is done.
+func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
+	defer func() {
+		d.mu.Lock()
+		delete(d.recovering, f)
+		d.mu.Unlock()
+	}()
+	wait := minPendingWait
+	for {
+		err := d.cl.RecoverProducePartition(f, nil)
+		if !errors.Is(err, kgo.ErrRecoveryPending) && err != error(f) {
+			return // recovered, or no longer kgo's failure
+		}
+		tm := time.NewTimer(wait)
+		select {
+		case <-tm.C:
+		case <-d.closing:
+			tm.Stop()
+			return
+		}
+		wait = min(2*wait, maxPendingWait)
 	}
 }
 

@@ -6,22 +6,26 @@
 // out, a non-retryable broker error) is reported asynchronously, after
 // records produced later may already be written; producing it again puts it
 // behind them. kgo.FailPartitionOnProduceFailure stops the damage: the
-// partition rejects every later record until it is recovered, and
-// kgo.Client.RecoverProducePartition recovers it and buffers given records at
-// its front in one step, refusing while failed or rejected records have not
-// come back yet. A Producer does the rest:
+// partition rejects every later record until it is recovered. Every record
+// the failure failed or rejected is promised with an error carrying the
+// failure (a *kgo.ErrProducePartitionFailed, the value kgo's hook gets), and
+// kgo.Client.RecoverProducePartition recovers the partition and buffers given
+// records at its front in one step, refused (kgo.ErrRecoveryPending) until
+// every one of those promises has returned. A Producer does the rest:
 //
 //   - It collects a failed partition's failed and rejected records from
-//     their promises, in Produce order. Nothing else is held: kgo rejects
-//     the partition's new records, and the topic's other partitions, and
-//     other topics, keep flowing, with any partitioner.
+//     their promises, grouped by the failure they carry, in Produce order.
+//     Nothing else is held: kgo rejects the partition's new records, and
+//     the topic's other partitions, and other topics, keep flowing, with any
+//     partitioner.
 //   - It settles them through the policies, the earliest first: Retry,
 //     Isolate, DeadLetter, Drop or Stop.
 //   - It hands the records to produce again back to kgo with
-//     RecoverProducePartition; if kgo refuses because records are still on
-//     their way back, it waits for them and calls again. A Retry attempt
-//     sends the failed batch first, keeping the partition failed, and the
-//     rest once the batch is written.
+//     RecoverProducePartition; if kgo refuses because promises have not all
+//     returned, it calls again a little later. A Retry attempt sends the
+//     failed batch first, keeping the partition failed
+//     (RecoverProducePartitionKeepFailed, whose new failure rejects the
+//     records produced meanwhile), and the rest once the batch is written.
 //
 // The guarantee: for every partition, the records written are exactly the
 // records produced to it, in Produce call order (per producing goroutine, as
@@ -31,28 +35,45 @@
 //
 // # Partitions and topics
 //
-// Each failed partition has a state machine of its own (partition.go), with
-// its own lock and one worker goroutine while it recovers; a healthy partition
-// costs nothing, and a recovered one is forgotten. A failure kgo reports for a
-// whole topic (partition -1: the topic's partitions were not known, for
-// example an unknown topic) has a state machine too; while it recovers, the
-// topic's partitions wait for it (kgo rejects records produced meanwhile).
-// Stop stops only the failed partition: kgo keeps it failed, its records fail
-// with ErrStopped, and Resume resumes it. Keys are quarantined per topic.
+// Each failed partition has a state machine of its own, with its own lock
+// and one worker goroutine while it recovers, which is the only caller of
+// kgo's recovery for it; a healthy partition costs nothing, and a recovered
+// one is forgotten. A failure kgo reports for a whole topic (partition -1:
+// the topic's partitions were not known, for example an unknown topic) has a
+// state machine too; while it recovers, the topic's partitions wait for it
+// (kgo rejects records produced meanwhile). Stop stops only the failed
+// partition: kgo keeps it failed, its records fail with ErrStopped, and
+// Resume resumes it. Keys are quarantined per topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
-// broker stalls rejects its records past the bound instead of filling kgo's
-// shared buffer: the Producer holds them, and produces them again in rounds
-// of the bound once the partition's buffered records are written.
+// broker stalls fails past the bound (kgo's hook is called, and the cause
+// wraps kgo.ErrMaxBuffered) instead of filling kgo's shared buffer: the
+// Producer holds the records kgo rejects, past the policies, and produces
+// them again in rounds of the bound once the partition's buffered records
+// are written.
 //
 // Produce blocks only while its topic is held: while a recovering partition
 // of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless
 // RejectWhenHeldFull), and, briefly, when producers keep a failed partition
-// so busy that a recovery is refused a thousand times in a row (its rejected
-// records never all come back). Retry's first batch and Isolate's halves are
-// produced with the partition kept failed (keepFailed), so nothing else
-// waits for them.
+// so busy that a recovery is refused a thousand times in a row while its
+// rejected records keep coming back. Retry's first batch and Isolate's
+// halves are produced with the partition kept failed, so nothing else waits
+// for them.
+//
+// # Hooks and locks
+//
+// kgo calls a kgo.HookProducePartitionFailed inline, where the partition
+// fails, with kgo's partition lock held, on whatever goroutine fails it: one
+// of kgo's, a goroutine calling Produce, or a Producer's worker inside a
+// recovery. The Producer's own hook only counts (Stats.Failures): it never
+// blocks and takes no lock. The rule the Producer keeps: never hold a korder
+// lock across a kgo call that can call korder's hook (Produce, the
+// recoveries, Flush, ...), since the hook, or an application's hook calling
+// the Producer, would wait for it under kgo's lock. An application's hook
+// keeps kgo's rule: it must not block, produce or recover. Resume and
+// ReleaseQuarantine take only the Producer's locks and call nothing in kgo:
+// they may be called from an application's hook.
 //
 // # Contexts
 //
@@ -72,5 +93,5 @@
 // While nothing is wrong, Produce takes no lock and allocates nothing per
 // record: a sequence number (an atomic add), a read-mostly load, and a
 // carrier claimed with a compare-and-swap from a ring sized to the records in
-// flight (carrier.go), which kgo's promise goroutine frees (and counts out).
+// flight, which kgo's promise goroutine frees (and counts out).
 package korder

@@ -573,38 +573,36 @@ func TestDefaultProduceTopic(t *testing.T) {
 	expectLog(ctx, t, c, topic, 0, []string{"k-0"})
 }
 
-// rejectedBeforeHook is the application's hook in TestRejectedBeforeHook:
-// on the first failure, before the Producer's own hook runs, it produces
-// through the Producer, which does not know of the failure yet; and it
-// records whether kgo rejected that record.
+// rejectedBeforeHook is the application's hook in TestRejectedBeforeHook: it
+// signals the first failure (it must not block or produce: kgo calls it
+// inline, with the partition's lock held), and records whether kgo rejected
+// the target record (its error is the failure itself).
 type rejectedBeforeHook struct {
-	produce  func()
-	produced chan struct{}
+	failed   chan struct{}
 	target   atomic.Pointer[kgo.Record]
 	rejected atomic.Bool
 	once     sync.Once
 }
 
-func (h *rejectedBeforeHook) OnProducePartitionFailed(string, int32, error) {
-	h.once.Do(func() {
-		h.produce()
-		close(h.produced)
-	})
+func (h *rejectedBeforeHook) OnProducePartitionFailed(*kgo.ErrProducePartitionFailed) {
+	h.once.Do(func() { close(h.failed) })
 }
 
 func (h *rejectedBeforeHook) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
-	if r == h.target.Load() && errors.Is(err, kgo.ErrProducePartitionFailed) {
+	var fe *kgo.ErrProducePartitionFailed
+	if r == h.target.Load() && errors.As(err, &fe) && err == error(fe) {
 		h.rejected.Store(true)
 	}
 }
 
-// A record produced after kgo failed its partition but before the
-// Producer's hook ran goes to kgo on the lock-free path and is rejected
-// (kgo.ErrProducePartitionFailed). The Producer collects it with the
-// failed record and produces it again after it, in order. kgo's promise
-// goroutine is kept busy by another record's promise meanwhile, so that
-// the Producer cannot learn of the failure from the failed record's own
-// promise first.
+// A record produced after kgo failed its partition, while the Producer knows
+// nothing of the failure yet, goes to kgo on the lock-free path and is
+// rejected with the failure. The Producer's hook only counts: it learns of
+// the failure from the promises, which carry it, and kgo's promise goroutine
+// is kept busy by another record's promise meanwhile, so that neither the
+// failed record nor the rejected ones have come back when the latter are
+// produced. The Producer collects the rejected record with the failed one, by
+// the failure they carry, and produces it again after it, in order.
 func TestRejectedBeforeHook(t *testing.T) {
 	for _, mode := range []struct {
 		name string
@@ -617,12 +615,10 @@ func TestRejectedBeforeHook(t *testing.T) {
 			c := newCluster(t, 2)
 			poison(c)
 			ps := newPromises()
-			var p *korder.Producer
 			k2 := rec(0, "k", 2)
-			h := &rejectedBeforeHook{produced: make(chan struct{})}
+			h := &rejectedBeforeHook{failed: make(chan struct{})}
 			h.target.Store(k2)
-			h.produce = func() { p.Produce(ctx, k2, ps.fn()) }
-			p = newProducer(t, c, []kgo.Opt{kgo.WithHooks(h)}, append([]korder.Opt{korder.WithPolicies(korder.Drop())}, mode.opts...)...)
+			p := newProducer(t, c, []kgo.Opt{kgo.WithHooks(h)}, append([]korder.Opt{korder.WithPolicies(korder.Drop())}, mode.opts...)...)
 
 			if err := produceSync(ctx, p, rec(0, "k", 0)); err != nil {
 				t.Fatal(err)
@@ -645,13 +641,14 @@ func TestRejectedBeforeHook(t *testing.T) {
 			k1 := rec(0, "k", 1)
 			k1.Value = []byte("POISON")
 			p.Produce(ctx, k1, ps.fn())
-			waitClosed(ctx, t, h.produced, "the application's hook")
+			waitClosed(ctx, t, h.failed, "the application's hook")
+			p.Produce(ctx, k2, ps.fn())
 			p.Produce(ctx, rec(0, "k", 3), ps.fn())
 			release()
 			ps.wait(ctx, t)
 
 			if !h.rejected.Load() {
-				t.Fatal("kgo did not reject the record produced before the Producer's hook ran; the test did not test that")
+				t.Fatal("kgo did not reject the record produced after the failure; the test did not test that")
 			}
 			for r, err := range ps.check(t) {
 				if r == k1 {

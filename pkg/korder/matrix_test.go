@@ -120,10 +120,11 @@ func newMatrixRunOn(t *testing.T, c *kfake.Cluster, pol matrixPolicy, goroutines
 }
 
 // userHook is the application's own failure hook; kgo calls it before the
-// Producer's, which is registered last.
+// Producer's, which is registered last, inline where the partition fails,
+// with the partition's lock held: it must not block, produce or recover.
 type userHook func()
 
-func (h userHook) OnProducePartitionFailed(string, int32, error) { h() }
+func (h userHook) OnProducePartitionFailed(*kgo.ErrProducePartitionFailed) { h() }
 
 // rec is goroutine g's record i, for partition i%matrixPartitions. With
 // the default partitioner (learned), its key is one that hashes to that

@@ -17,12 +17,22 @@ import (
 // or produced again, and while it is stopped; a healthy partition has none.
 //
 // kgo rejects every later record of a failed partition; each failed or
-// rejected record comes back in its promise, and the partition collects them
-// (q, in Produce order) and counts them (seen). One worker settles them
-// through the policies and hands records back with RecoverProducePartition
-// (buffered at the front, un-failing it in one step; refused while records
-// have not come back: the worker waits for them). Everything is under mu;
-// the worker waits on cond, which every change signals.
+// rejected record comes back in its promise, with an error carrying kgo's
+// failure (*kgo.ErrProducePartitionFailed), and the partition collects them
+// (q, in Produce order). One worker settles them through the policies and
+// hands records back with kgo's recovery (buffered at the front, un-failing
+// the partition in one step). kgo counts each failure's promises itself and
+// refuses the recovery until all of them have returned: the worker calls
+// again a little later, on a timer, since the last promise may already have
+// been delivered here.
+//
+// Everything is under mu, which is never held across a call into kgo: kgo
+// calls hooks inline, with its own locks held, on whatever goroutine fails a
+// partition (the worker's own, inside a recovery, too), and an application's
+// hook may call Resume, which takes mu. Instead, while the worker is in a
+// recovery call (calling), a record that comes back waits for it: its
+// promise has not returned, so kgo refuses to recover its failure without it,
+// as if mu were held. The worker waits on cond, which every change signals.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -31,48 +41,62 @@ type partition struct {
 	mu        sync.Mutex
 	cond      sync.Cond
 	q         queue
-	seen      int    // records of kgo's current failure of the partition received
-	failure   error  // that failure: the hook's error, which its rejections carry
-	failed    bool   // kgo has the partition failed
-	organic   bool   // a record that the failure itself failed (not rejected) came back
-	stopped   error  // Stop's error (ErrStopped, wrapping the cause): records that come back fail with it
-	resumed   uint64 // after Resume until recovered: records up to this seq that come back are stopped
-	stopCause error  // the error of the Stop that Resume ended
-	worker    bool   // the worker goroutine runs
-	holding   bool   // the worker holds the topic: records missing under load
-	full      bool   // at MaxHeld (the topic's full count includes it)
-	inRound   map[*kgo.Record]*pending
-	back      []*pending // the round's records that came back failed, in order: back in q when it ends
-	round     uint64     // the last round sent
-	failedRd  bool       // a record of the last round failed
-	roundRest bool       // the last round was a Retry's first batch: the rest follows
-	suspectRd uint64     // the last round that failed: its records still kept are the suspects
-	roundHi   uint64     // the number of the last round's last record
-	roundKept bool       // the last round kept the partition failed
-	suspectHi uint64     // suspectRd's roundHi
-	settled   bool       // the first record is settled, or written: the rest goes whole, past the policies
-	roundEnd  chan struct{}
+	failure   *kgo.ErrProducePartitionFailed // kgo's current failure of the partition, as far as known here; nil: not failed
+	ownOf     *kgo.ErrProducePartitionFailed // the last failure a record came back failed with (not rejected)
+	probed    *kgo.ErrProducePartitionFailed // the failure a no-record recovery started: every promise before it returned
+	calling   bool                           // the worker is in a recovery call, mu released: records that come back wait
+	stopped   error                          // Stop's error (ErrStopped, wrapping the cause): records that come back fail with it
+	resumed   uint64                         // after Resume until recovered: records up to this seq that come back are stopped
+	stopCause error                          // the error of the Stop that Resume ended
+	worker    bool                           // the worker goroutine runs
+	holding   bool                           // the worker holds the topic: records keep coming back under load
+	full      bool                           // at MaxHeld (the topic's full count includes it)
+	arrived   uint64                         // records that came back (failed or rejected)
+	tried     uint64                         // arrived at the last refused recovery
+	refused   int                            // recoveries refused in a row with records still coming back
+	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
+	inRound   map[*kgo.Record]*pending       // the records of the round in flight
+	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
+	round     uint64                         // the last round sent (numbered over the Producer)
+	failedRd  bool                           // a record of the last round came back failed
+	roundRest bool                           // the last round was a Retry's first batch: the rest follows
+	suspectRd uint64                         // the last round that failed: its records still kept are the suspects
+	roundHi   uint64                         // the number of the last round's last record
+	roundKept bool                           // the last round kept the partition failed
+	suspectHi uint64                         // suspectRd's roundHi
+	settled   bool                           // the first record is settled, or written: the rest goes whole, past the policies
+	roundEnd  chan struct{}                  // closed when the round in flight ends; nil once it did
 	since     time.Time
 }
 
-// arriveLocked takes a failed or rejected record of the partition.
-func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle error) {
-	// Not failed here nor in kgo: kgo failed the record alone (a fatal
-	// producer ID error, an abort, a purge), or recovered it since (an abort).
-	if !pt.failed && failureOf(pt.p.cl, pt.t.name, pt.id) == nil {
-		return err
+// The worker's waits after a recovery refused with kgo.ErrRecoveryPending:
+// from minPendingWait, doubling up to maxPendingWait while no record comes
+// back meanwhile.
+const (
+	minPendingWait = time.Millisecond
+	maxPendingWait = 50 * time.Millisecond
+)
+
+// arriveLocked takes a record that failed (its error wraps fe) or was
+// rejected (its error is fe) with a failure of the partition.
+func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
+	// A record that comes back while the worker is in kgo's recovery
+	// waits for the call to return: its promise, which has not returned,
+	// makes kgo refuse the recovery of its failure, so that no record of
+	// the failure is left out of what the call hands back.
+	for pt.calling {
+		pt.cond.Wait()
 	}
-	pd.err = err
-	if rejected && !pt.failed && errors.Is(err, pt.failure) { // kgo kept the topic failed: rejected while its recovery buffered
-		pt.organic, pt.settled = true, true // no own record comes: the rest goes whole, past the policies
+	pd.err, pd.rejected = err, err == error(fe)
+	if fe != pt.failure {
+		// kgo failed the partition anew: the failure known here was
+		// recovered, or a transaction abort recovered it.
+		pt.failure = fe
 	}
-	if !rejected || pt.currentLocked(err) {
-		pt.seen++
+	if !pd.rejected {
+		pt.ownOf = fe
 	}
-	pt.failed = true
-	if !rejected || errors.Is(err, kgo.ErrMaxBuffered) { // the failure's own record (MaxBufferedPartitionRecords)
-		pt.organic = true
-	}
+	pt.arrived++
 	defer pt.cond.Broadcast()
 	switch {
 	case pt.p.isClosed():
@@ -84,12 +108,17 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 		// Produced before Resume: stopped.
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
-	case rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
+	case pd.rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
 	}
-	if len(pt.inRound) > 0 && pd.round == pt.round && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
-		pt.back = append(pt.back, pd) // kgo fails a round's records in order
+	if pt.inRound[pd.r] == pd {
+		pt.failedRd = true
+		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
+			pt.back = append(pt.back, pd) // kgo fails a round's records in order
+		} else {
+			pt.q.insert(pd)
+		}
 	} else {
 		pt.q.insert(pd)
 	}
@@ -97,32 +126,6 @@ func (pt *partition) arriveLocked(pd *pending, err error, rejected bool) (settle
 	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
-}
-
-// currentLocked takes kgo's failure f (a hook's, or a rejection's): true if
-// current, false if kgo dropped it (an abort); a new one restarts the count.
-func (pt *partition) currentLocked(f error) bool {
-	if !errors.Is(f, pt.failure) {
-		if !errors.Is(failureOf(pt.p.cl, pt.t.name, pt.id), f) {
-			return false
-		}
-		pt.failure, pt.seen = f, 0
-	}
-	return true
-}
-
-// recover recovers the partition in kgo with its count, which restarts;
-// refused if kgo failed it anew since (its hook is coming): that restarts it.
-func (pt *partition) recover(keep bool, rs ...*kgo.Record) error {
-	if cur := failureOf(pt.p.cl, pt.t.name, pt.id); pt.failure != nil && missing(cur) && !errors.Is(cur, pt.failure) {
-		pt.failure, pt.seen = nil, 0
-		return cur
-	}
-	err := pt.p.cl.RecoverProducePartition(pt.t.name, pt.id, pt.seen, keep, pt.roundPromise, rs...)
-	if err == nil {
-		pt.seen = 0 // so does kgo's
-	}
-	return err
 }
 
 func (pt *partition) atBoundLocked() bool {
@@ -151,7 +154,8 @@ func (pt *partition) startLocked() {
 }
 
 // run is the worker: it settles the partition's records until the partition
-// is healthy, stopped, or the Producer closes.
+// is healthy, stopped, or the Producer closes. It is the only caller of kgo's
+// recovery for the partition.
 func (pt *partition) run() {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -168,18 +172,32 @@ func (pt *partition) run() {
 			pt.cond.Wait()
 			continue
 		case pt.q.len() == 0:
-			if !pt.failed {
+			if pt.failure == nil {
 				pt.endLocked(nil)
 				return
 			}
-			if err := pt.recoverLocked(0, false); err != nil && !missing(err) { // nothing to produce again: un-fail
-				pt.unprotectedLocked(err)
-			} else if err != nil {
-				pt.cond.Wait()
+			// Nothing to produce again: un-fail it, once every
+			// promise of the failure returned. One attempt: records
+			// that come back meanwhile go through the policies.
+			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
+				pt.waitPendingLocked()
 			}
 			continue
-		case pt.failed && !pt.organic: // the failure's own records come first
-			pt.cond.Wait()
+		case pt.failure == nil:
+			// Records kept, and no failure of kgo's to recover them
+			// with (kgo answered a recovery as done without doing it):
+			// nothing orders them any more.
+			pt.unprotectedLocked(errors.New("korder: records kept for a partition that kgo does not have failed"))
+			continue
+		case pt.ownOf != pt.failure:
+			// kgo promises the records a failure failed before those
+			// it rejected, so they come first. If none comes (no
+			// record of the Producer failed with it), what is kept was
+			// rejected for no fault of its own once every promise of
+			// the failure returned: it goes whole, past the policies.
+			if pt.barrierLocked() {
+				pt.settled = true
+			}
 			continue
 		}
 		pd := pt.q.front()
@@ -206,9 +224,11 @@ func (pt *partition) run() {
 			pt.produceLocked(0, false)
 			continue
 		}
-		suspects, pd, wait := pt.suspectsLocked()
-		if wait {
-			pt.cond.Wait()
+		suspects, pd, probe := pt.suspectsLocked()
+		if probe {
+			// One failed record alone is the culprit only once
+			// every record of its failure came back.
+			pt.barrierLocked()
 			continue
 		}
 		c := &call{pd: pd, suspects: suspects, env: pt}
@@ -236,17 +256,18 @@ func (pt *partition) run() {
 // suspectsLocked returns how many records from the front are suspects, and
 // the first, which the policies decide on: the last failed round's records,
 // or a first failure's failed records (not those rejected after it), with
-// the rejected records of other goroutines numbered between them. wait: one
-// alone is the culprit once all came back (kgo takes a no-record recovery).
-func (pt *partition) suspectsLocked() (n int, first *pending, wait bool) {
+// the rejected records of other goroutines numbered between them. probe: one
+// alone is the culprit only once all came back, which a no-record recovery
+// tells (barrierLocked).
+func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	hi, f := pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }
 	if pt.suspectRd == 0 {
-		hi, f = math.MaxUint64, func(pd *pending) bool { return !errors.Is(pd.err, kgo.ErrProducePartitionFailed) }
+		hi, f = math.MaxUint64, func(pd *pending) bool { return !pd.rejected }
 	}
 	if n, first = pt.q.span(hi, f); first == nil {
 		first = pt.q.front()
 	}
-	return n, first, pt.suspectRd == 0 && n == 1 && missing(pt.recover(true))
+	return n, first, pt.suspectRd == 0 && n == 1 && pt.probed != pt.failure
 }
 
 // settleLocked removes pd and calls its promise with err, without the lock.
@@ -293,70 +314,45 @@ func (pt *partition) endLocked(err error) {
 		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
 	}
 	pt.worker = false
-	if pt.stopped == nil && !pt.failed && pt.q.len() == 0 {
+	if pt.stopped == nil && pt.failure == nil && pt.q.len() == 0 {
 		pt.mu.Unlock()
 		pt.t.forget(pt)
 		pt.mu.Lock()
 	}
 }
 
-// produceLocked hands the first n records (0: all) back to kgo, at the
+// produceLocked hands the first n kept records (0: all) back to kgo, at the
 // partition's front, un-failing it (a part, or with rest, keeps it failed:
 // the rest follows once the part is written, with rest past the policies),
-// once every record kgo failed or rejected in it came back.
+// once every promise of its failure has returned.
 func (pt *partition) produceLocked(n int, rest bool) {
-	for refused := 0; ; refused++ {
-		if pt.p.isClosed() || pt.q.len() == 0 {
-			return
-		}
-		if refused == refusalsBeforeHold && !pt.holding {
+	for pt.settleCanceledLocked(n) {
+	}
+	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
+		if pt.refused >= refusalsBeforeHold && !pt.holding {
 			// Producers keep the partition rejecting faster than its
-			// records come back: hold the topic until they all did.
+			// promises return: hold the topic until they all did.
 			pt.holding = true
 			pt.mu.Unlock()
 			pt.t.block(1)
 			pt.mu.Lock()
 			continue
 		}
-		if refused == 0 && pt.settleCanceledLocked(n) {
-			refused = -1
-			continue
-		}
 		err := pt.recoverLocked(n, rest)
-		if err == nil {
+		switch {
+		case err == nil, pt.failure == nil: // recovered, or kgo refused for good
 			return
+		case errors.Is(err, kgo.ErrRecoveryPending):
+			pt.waitPendingLocked()
 		}
-		if !missing(err) {
-			pt.unprotectedLocked(err)
-			return
-		}
-		pt.cond.Wait()
+		// Else kgo failed the partition anew since: again, with that
+		// failure.
 	}
 }
 
-// failureOf returns kgo's current failure of a partition (or topic, -1),
-// which a recovery that has seen nothing is refused with; nil if none.
-func failureOf(cl *kgo.Client, topic string, id int32) error {
-	return cl.RecoverProducePartition(topic, id, -1, false, nil)
-}
-
-// missing returns whether a refusal is for records not back yet.
-func missing(err error) bool { return errors.Is(err, kgo.ErrProducePartitionFailed) }
-
-// unprotectedLocked settles the kept records, each with its kgo error, once
-// kgo refuses to recover the partition for good (an abort recovered it, a
-// purge forgot it): nothing orders them, and they belong to what was undone.
-func (pt *partition) unprotectedLocked(err error) {
-	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
-	pt.failed, pt.seen, pt.organic, pt.settled, pt.suspectRd = false, 0, false, false, 0
-	pt.releaseLocked()
-	for pt.q.len() > 0 {
-		pd := pt.q.front()
-		pt.settleLocked(pd, pd.err)
-	}
-}
-
-// recoverLocked recovers the partition with its first n records (0: all).
+// recoverLocked recovers the partition with its first n records (0: all),
+// calling kgo without the lock; nil if kgo took them. A refusal that is not
+// for promises still to return is handled here (see refusedLocked).
 func (pt *partition) recoverLocked(n int, rest bool) error {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
@@ -365,30 +361,35 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// batch (rest) even when it is all: until it is written, unkeyed
 	// records go around the partition, and keyed ones come back.
 	keep := n < pt.q.len() || rest
+	taken := pt.q.take(0, n)
 	rs := make([]*kgo.Record, n)
-	inRound := make(map[*kgo.Record]*pending, n)
-	for i, pd := range pt.q.rs[:n] {
+	var inRound map[*kgo.Record]*pending
+	if n > 0 {
+		inRound = make(map[*kgo.Record]*pending, n)
+	}
+	for i, pd := range taken {
 		rs[i] = pd.r
 		inRound[pd.r] = pd // known before kgo may promise them
 	}
-	pt.inRound = inRound
-	if err := pt.recover(keep, rs...); err != nil {
+	pt.inRound, pt.failedRd = inRound, false
+	f := pt.failure
+	still, err := pt.callLocked(f, keep, rs)
+	if err != nil {
 		pt.inRound = nil
+		pt.q.insertFront(taken)
+		pt.refusedLocked(f, err)
 		return err
 	}
-	pt.settled, pt.failed = false, keep
-	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
-	pt.releaseLocked()                // nothing is missing any more
-	if !keep {
-		pt.organic = false
-	}
+	pt.acceptedLocked(f, still)
 	if n == 0 {
 		pt.inRound = nil
 		return nil
 	}
-	pt.round++
-	pt.failedRd, pt.roundRest, pt.roundKept, pt.roundHi = false, rest, keep, pt.q.rs[n-1].seq
-	for _, pd := range pt.q.take(0, n) {
+	// The round: its records' promises may have come (even all of them)
+	// while the lock was released; its end waited for this.
+	pt.round = pt.p.rounds.Add(1)
+	pt.roundRest, pt.roundKept, pt.roundHi = rest, keep, taken[n-1].seq
+	for _, pd := range taken {
 		pd.round = pt.round
 		pt.t.heldBytes.Add(-pd.size())
 	}
@@ -397,7 +398,134 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
 	}
+	if len(pt.inRound) == 0 {
+		pt.endRoundLocked()
+	}
 	return nil
+}
+
+// barrierLocked makes one no-record recovery of the current failure that
+// keeps the partition failed: kgo accepts it once every promise of the
+// failure has returned, so that nothing more of it comes back. It returns
+// whether kgo accepted it (the partition is then failed with a new failure,
+// which no record failed with); if refused for promises still to return, it
+// waits a little first.
+func (pt *partition) barrierLocked() bool {
+	f := pt.failure
+	pt.inRound, pt.failedRd = nil, false
+	still, err := pt.callLocked(f, true, nil)
+	if err != nil {
+		if pt.refusedLocked(f, err); errors.Is(err, kgo.ErrRecoveryPending) {
+			pt.waitPendingLocked()
+		}
+		return false
+	}
+	pt.acceptedLocked(f, still)
+	pt.probed = pt.failure
+	return true
+}
+
+// callLocked calls kgo's recovery of failure f with rs, the lock released:
+// with keep, the partition stays failed, with the failure returned (still);
+// without, it is recovered, unless kgo returns the failure it is still failed
+// with (a record of rs failed it anew as it was buffered, or a topic's records
+// produced during its recovery were rejected): rs were taken all the same.
+// An error is a refusal: rs were not taken.
+func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
+	pt.calling = true
+	pt.mu.Unlock()
+	if keep {
+		still, err = pt.p.cl.RecoverProducePartitionKeepFailed(f, pt.roundPromise, rs...)
+	} else if err = pt.p.cl.RecoverProducePartition(f, pt.roundPromise, rs...); err != nil {
+		// The failure itself is returned when rs were taken; a
+		// refusal wraps it, or another.
+		if g := (*kgo.ErrProducePartitionFailed)(nil); errors.As(err, &g) && err == error(g) {
+			still, err = g, nil
+		}
+	}
+	pt.mu.Lock()
+	pt.calling = false
+	pt.cond.Broadcast() // records that came back meanwhile
+	return still, err
+}
+
+// acceptedLocked takes kgo's acceptance of a recovery of failure f: the
+// partition is now failed with still, or recovered (nil).
+func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
+	pt.settled, pt.refused, pt.wait = false, 0, 0
+	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
+	pt.releaseLocked()                // nothing is missing any more
+	switch {
+	case still == f:
+		// A topic whose records produced during its recovery were
+		// rejected: kgo keeps it failed, and they were rejected for
+		// no fault of their own: they go whole, past the policies.
+		pt.ownOf, pt.settled = f, true
+	case still != nil:
+		// Kept failed, with a new failure that no record failed with
+		// (or a record of rs failed it anew: it comes back with the
+		// round).
+		pt.failure, pt.ownOf = still, still
+	default:
+		pt.failure = nil // recovered
+	}
+}
+
+// refusedLocked takes kgo's refusal of a recovery of failure f: for promises
+// still to return, it counts (see refusalsBeforeHold); if kgo failed the
+// partition anew since, the new failure is the partition's; if kgo refuses
+// for good, the kept records are settled.
+func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
+	var g *kgo.ErrProducePartitionFailed
+	switch {
+	case errors.Is(err, kgo.ErrRecoveryPending):
+		if pt.arrived != pt.tried {
+			pt.refused++ // records keep coming back
+		}
+		pt.tried = pt.arrived
+	case errors.As(err, &g) && g != f:
+		// kgo failed the partition anew since (a transaction abort
+		// recovered f): the records kept go with the new failure,
+		// before its own, in Produce order.
+		pt.failure, pt.refused, pt.wait = g, 0, 0
+	default:
+		pt.unprotectedLocked(err)
+	}
+}
+
+// waitPendingLocked waits after a recovery refused because promises of the
+// failure have not all returned: until a record comes back, or a timer, since
+// the last promise may have been delivered already and be returning.
+func (pt *partition) waitPendingLocked() {
+	d := max(pt.wait, minPendingWait)
+	pt.wait = min(2*d, maxPendingWait)
+	arrived := pt.arrived
+	tm := time.AfterFunc(d, pt.wake)
+	pt.cond.Wait()
+	tm.Stop()
+	if pt.arrived != arrived {
+		pt.wait = 0 // records still come back: their last one returns soon
+	}
+}
+
+func (pt *partition) wake() {
+	pt.mu.Lock()
+	pt.cond.Broadcast()
+	pt.mu.Unlock()
+}
+
+// unprotectedLocked settles the kept records, each with its kgo error, once
+// kgo refuses to recover the partition for good (an abort recovered it, a
+// purge forgot it): nothing orders them, and they belong to what was undone.
+func (pt *partition) unprotectedLocked(err error) {
+	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
+	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd = nil, nil, nil, false, 0
+	pt.refused, pt.wait = 0, 0
+	pt.releaseLocked()
+	for pt.q.len() > 0 {
+		pd := pt.q.front()
+		pt.settleLocked(pd, pd.err)
+	}
 }
 
 // settleCanceledLocked settles, each alone with its context's error, the
@@ -429,13 +557,18 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	delete(pt.inRound, r)
-	pt.failedRd = pt.failedRd || err != nil
-	if len(pt.inRound) > 0 {
-		return
+	if len(pt.inRound) == 0 && pt.roundEnd != nil { // else the worker, back from kgo, ends it
+		pt.endRoundLocked()
 	}
+}
+
+// endRoundLocked ends the round: its failed records go back in q, first.
+func (pt *partition) endRoundLocked() {
+	pt.inRound = nil
 	pt.q.insertFront(pt.back)
 	pt.back = nil
 	close(pt.roundEnd)
+	pt.roundEnd = nil
 	if pt.failedRd && !pt.roundKept {
 		pt.suspectRd = 0 // records produced after it may have failed with it: as a first failure
 	} else if pt.failedRd {
@@ -457,19 +590,15 @@ func (pt *partition) releaseLocked() {
 // resumeLocked ends a Stop: the records produced up to seq (before Resume)
 // still fail with ErrStopped when they come back; those produced after it,
 // which kgo rejects until its failure is recovered, are kept, and the worker
-// recovers the partition with them, in order, once all of those came back.
+// recovers the partition with them, in order, once every promise of the
+// failure has returned. Only the worker calls kgo: Resume may be called from
+// an application's kgo hook.
 func (pt *partition) resumeLocked(seq uint64) {
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	if pt.q.len() == 0 && len(pt.inRound) == 0 && pt.recover(false) == nil {
-		// Every record kgo failed or rejected came back: kgo resumes
-		// the partition now, and the worker ends at once.
-		pt.stopped, pt.failed, pt.organic, pt.settled, pt.seen, pt.resumed = nil, false, false, false, 0, 0
-	} else {
-		// What is kept from now on was rejected for the Stop, not
-		// for a fault of its own: it goes whole, past the policies.
-		pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
-		pt.settled, pt.organic = true, true
-	}
+	// What is kept from now on was rejected for the Stop, not for a
+	// fault of its own: it goes whole, past the policies.
+	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
+	pt.settled, pt.ownOf = true, pt.failure
 	pt.startLocked()
 	pt.cond.Broadcast()
 }
@@ -505,6 +634,7 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 	return err
 }
 
-// refusalsBeforeHold is how many refused recoveries in a row make the worker
-// hold the topic, so that its records in flight can all come back.
+// refusalsBeforeHold is how many refused recoveries in a row, with records
+// coming back between them, make the worker hold the topic, so that the
+// failure's promises can all return.
 const refusalsBeforeHold = 1000

@@ -260,10 +260,16 @@ type bufferedHook func(*kgo.Record)
 func (h bufferedHook) OnProduceRecordBuffered(r *kgo.Record) { h(r) }
 
 // A record produced while the topic's recovery buffers the kept records is
-// rejected, and kgo keeps the topic failed (its failure goes on, counted
-// from zero): no record of its own comes for the Producer to wait for, so
-// the late record follows the others, past the policies. The Producer
-// waited for one for ever.
+// rejected, and kgo keeps the topic failed (the recovery returns the failure
+// itself): no record of its own comes for the Producer to wait for, so the
+// late record follows the others, past the policies. The Producer waited for
+// one for ever.
+//
+// r-0 and r-1 must be rejected before the topic is recovered: they are
+// produced from big's promise, which Drop calls from the topic's worker before
+// it recovers the topic. (Holding kgo's promise goroutine, as this test did,
+// now blocks them: kgo counts big, larger than MaxBufferedBytes, as buffered
+// until its promise returns.)
 func TestTopicKeptFailedByItsRecovery(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
@@ -275,26 +281,35 @@ func TestTopicKeptFailedByItsRecovery(t *testing.T) {
 	late := &kgo.Record{Topic: topic, Key: []byte(k), Value: []byte("late")}
 	var buffered atomic.Int32
 	onBuffered := bufferedHook(func(r *kgo.Record) {
-		if r == rs[0] && buffered.Add(1) == 2 { // by the recovery
+		if r == rs[0] && buffered.Add(1) == 2 { // by the recovery (no lock held for a topic's)
 			p.Produce(ctx, late, ps.fn())
 		}
 	})
 	p = newProducer(t, c, []kgo.Opt{hook, kgo.WithHooks(onBuffered), defaultPartitioner(), kgo.MaxBufferedBytes(64 << 10)}, korder.WithPolicies(korder.Drop()))
-	// kgo's promises wait until r-0 and r-1 are rejected: the topic cannot
-	// be recovered before.
-	release := holdPromises(ctx, t, p, &kgo.Record{Topic: dlq, Value: []byte("h")}, ps.fn())
 	big := &kgo.Record{Topic: topic, Key: []byte(k), Value: bytes.Repeat([]byte("x"), 100<<10)}
-	p.Produce(ctx, big, ps.fn())
+	bigDone := ps.fn()
+	p.Produce(ctx, big, func(r *kgo.Record, err error) {
+		defer bigDone(r, err)
+		// kgo has the topic failed: r-0 and r-1 are rejected once
+		// Produce returns, and the recovery waits for their promises.
+		produced := make(chan struct{})
+		go func() {
+			for _, r := range rs {
+				p.Produce(ctx, r, ps.fn())
+			}
+			close(produced)
+		}()
+		<-produced
+	})
 	waitOn(ctx, t, failed, "the topic's failure")
-	for _, r := range rs {
-		p.Produce(ctx, r, ps.fn())
-	}
-	close(release)
 	ps.wait(ctx, t)
 	for r, err := range ps.check(t) {
 		if r != big && err != nil {
 			t.Errorf("%s: %v", r.Value, err)
 		}
+	}
+	if buffered.Load() < 2 {
+		t.Fatal("r-0 was not rejected, then produced again by the topic's recovery: the test did not test that")
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"r-0", "r-1", "late"})
 }
@@ -339,8 +354,11 @@ func TestStalledPartitionHandsBackPastBound(t *testing.T) {
 			t.Errorf("record %s: %v", r.Value, err)
 		}
 	}
-	if s := p.Stats(); s.Held == 0 || s.Failures != 0 {
-		t.Errorf("during the stall: held %d, failures %d; expected records held and no failure", s.Held, s.Failures)
+	// kgo fails the partition at the bound (its hook, counted in
+	// Failures, is called as for any failure), and the Producer holds what
+	// kgo rejects: no policy runs (no retry, nothing stopped).
+	if s := p.Stats(); s.Held == 0 || s.Failures == 0 || s.Retries != 0 || s.Stopped != 0 {
+		t.Errorf("during the stall: held %d, failures %d, retries %d, stopped %d; expected records held, the bound's failure, and no policy run", s.Held, s.Failures, s.Retries, s.Stopped)
 	}
 
 	stall.Remove()
@@ -358,62 +376,63 @@ func TestStalledPartitionHandsBackPastBound(t *testing.T) {
 }
 
 // partHook is a kgo.HookProducePartitionFailed.
-type partHook func(string, int32, error)
+type partHook func(*kgo.ErrProducePartitionFailed)
 
-func (h partHook) OnProducePartitionFailed(t string, p int32, err error) { h(t, p, err) }
+func (h partHook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) { h(f) }
 
-// A record that kgo's failure of its whole topic (-1) failed is counted by
-// the topic's state machine, although its Partition (kgo did not partition
-// it) names a partition that has one, stopped: counted there, it left the
-// topic's recovery refused for ever, and Flush hung.
+// A record that kgo's failure of its whole topic (-1) failed goes to the
+// topic's state machine, by the failure it carries, although its Partition
+// (kgo did not partition it) names a partition that has one, stopped. With
+// kgo's former API the Producer placed it by its Partition: counted there, it
+// left the topic's recovery refused for ever, and Flush hung.
+//
+// kgo fails a topic only while its partitions are not known (a load error
+// with the partitions known fails the record's partition): the client forgets
+// the topic (PurgeTopicsFromClient), whose metadata then fails for good.
 func TestTopicFailureCountsItsOwnRecords(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2)
 	poison(c)
-	minus := make(chan struct{}, 10)
-	hook := kgo.WithHooks(partHook(func(_ string, p int32, _ error) {
-		if p == -1 {
-			minus <- struct{}{}
+	minus := make(chan struct{}, 1)
+	hook := kgo.WithHooks(partHook(func(f *kgo.ErrProducePartitionFailed) {
+		if f.Partition == -1 {
+			select {
+			case minus <- struct{}{}:
+			default: // a hook must not block
+			}
 		}
 	}))
 	p := newProducer(t, c, []kgo.Opt{hook}, korder.WithPolicies(korder.Stop()))
-	stopped := make(chan error, 1)
-	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}, func(_ *kgo.Record, err error) { stopped <- err })
-	if err := <-stopped; !errors.Is(err, korder.ErrStopped) {
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("POISON")}); !errors.Is(err, korder.ErrStopped) {
 		t.Fatalf("POISON got %v, expected ErrStopped", err)
 	}
 
-	// The topic's metadata now fails for good: kgo fails the next record
-	// of the topic before partitioning it (-1). Each round waits for the
-	// client's next metadata request to be answered with the error.
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
-	ps := newPromises()
-	for hits, failed := 1, false; !failed; hits++ {
-		p.Client().ForceMetadataRefresh()
-		if err := h.Wait(ctx, hits); err != nil {
-			t.Fatal(err)
+	p.Client().PurgeTopicsFromClient(topic)
+	done := make(chan error, 1)
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("x")}, func(_ *kgo.Record, err error) { done <- err })
+	waitOn(ctx, t, minus, "the topic's failure")
+	select {
+	case err := <-done:
+		if !errors.Is(err, korder.ErrStopped) || !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("x: %v, expected ErrStopped wrapping TOPIC_AUTHORIZATION_FAILED", err)
 		}
-		done := make(chan error, 1)
-		p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: []byte("x")}, func(_ *kgo.Record, err error) { done <- err })
-		select {
-		case <-minus:
-			failed = true
-		case err := <-done:
-			if !errors.Is(err, korder.ErrStopped) {
-				t.Fatalf("x: %v", err)
-			}
-		case <-ctx.Done():
-			t.Fatal("the topic did not fail")
-		}
+	case <-ctx.Done():
+		t.Fatalf("x, which failed the topic, was not settled; stats %+v", p.Stats())
 	}
 	h.Remove()
 	p.Client().ForceMetadataRefresh()
 	p.Resume(topic)
-	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 1, Value: []byte("y")}, ps.fn())
+	ps := newPromises()
+	y := &kgo.Record{Topic: topic, Partition: 1, Value: []byte("y")}
+	p.Produce(ctx, y, ps.fn())
 	fctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if err := p.Flush(fctx); err != nil {
 		t.Fatalf("Flush: %v; stats %+v", err, p.Stats())
+	}
+	if err := ps.check(t)[y]; err != nil {
+		t.Errorf("y, produced after Resume: %v", err)
 	}
 }
 

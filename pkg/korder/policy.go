@@ -74,7 +74,7 @@ func (p Policy) RetryPossiblyWritten() Policy {
 // that fails is split again, until the record that fails on its own is found,
 // about log2(n) rounds for n records. Only that record is passed on; once it
 // is settled, the rest is produced again whole. kgo keeps the partition
-// failed while Isolate bisects (RecoverProducePartition with keepFailed), so
+// failed while Isolate bisects (RecoverProducePartitionKeepFailed), so
 // nothing else of the topic waits.
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 

@@ -39,7 +39,7 @@ type Producer struct {
 	misses   atomic.Uint64 // records that found no free carrier (see resize)
 	resizing atomic.Bool
 
-	lastRejection atomic.Pointer[rejection] // see topicRejected
+	rounds atomic.Uint64 // numbers the recovery rounds of every partition
 
 	closing chan struct{}
 	closed  atomic.Bool
@@ -76,6 +76,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.decide = chain(p.cfg.policies, &p.st)
 	p.ring.Store(p.newCarrierRing(minCarriers))
 	p.dl = newDeadLetters(p.cfg.policies)
+	p.dl.closing = p.closing
 	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
@@ -95,22 +96,18 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 // bypasses the Producer's ordering protocol.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// hook is the Producer's kgo.HookProducePartitionFailed. It runs on a kgo
-// goroutine and takes the Producer's locks briefly; it never waits.
+// hook is the Producer's kgo.HookProducePartitionFailed. kgo calls it
+// inline, where the partition fails, with its own locks held, on whatever
+// goroutine fails it (one of kgo's, a goroutine producing, or a partition's
+// worker inside a recovery): it must not block, nor take a lock that is held
+// across a call into kgo. It only counts: the Producer learns of each failure
+// from the promises of its records, which carry it.
 type hook struct{ p *Producer }
 
-func (h hook) OnProducePartitionFailed(topic string, partition int32, err error) {
-	p := h.p
-	if p.dl.topics[topic] {
-		return // the dead-letter writer recovers its own partitions
+func (h hook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
+	if !h.p.dl.topics[f.Topic] { // the dead-letter writer recovers its own partitions
+		h.p.st.failures.Add(1)
 	}
-	p.st.failures.Add(1)
-	p.logf(kgo.LogLevelWarn, "korder: partition failed", "topic", topic, "partition", partition, "err", err)
-	pt := p.lockPartition(topic, partition, true)
-	pt.currentLocked(err)
-	pt.failed = true
-	pt.startLocked()
-	pt.mu.Unlock()
 }
 
 // topic returns what the Producer keeps for a topic, nil if nothing.
@@ -120,27 +117,18 @@ func (p *Producer) topic(name string) *topic {
 	return p.topics[name]
 }
 
-// lockPartition returns a partition's state machine, locked, made if make is
-// set; nil if none. A failed record of a partition without one goes to -1's.
-func (p *Producer) lockPartition(name string, id int32, make bool) *partition {
+// lockPartition returns the state machine of a topic's partition (-1: the
+// topic), locked, made if need be.
+func (p *Producer) lockPartition(name string, id int32) *partition {
 	p.mu.Lock()
 	t := p.topics[name]
 	if t == nil {
-		if !make {
-			p.mu.Unlock()
-			return nil
-		}
 		t = &topic{p: p, name: name, parts: map[int32]*partition{}}
 		p.topics[name] = t
 	}
 	t.mu.Lock()
 	p.mu.Unlock()
 	defer t.mu.Unlock()
-	if !make && id >= 0 && t.parts[id] == nil && t.minus.Load() {
-		id = -1
-	} else if t.parts[id] == nil && !make {
-		return nil
-	}
 	pt := t.partitionLocked(id)
 	pt.mu.Lock()
 	return pt
@@ -211,49 +199,21 @@ func (p *Producer) produceSlow(pd *pending) {
 	p.finish(pd, ErrClosed)
 }
 
-// result takes a record's outcome from kgo: a failure of a failed partition
-// goes to its state machine; anything else to the record's promise.
+// result takes a record's outcome from kgo: a record that failed or was
+// rejected with a failure of its partition (or topic) goes to that failure's
+// state machine; anything else to the record's promise.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
-	if err != nil {
-		rejected := errors.Is(err, kgo.ErrProducePartitionFailed)
-		id := r.Partition
-		if rejected && p.topicRejected(r.Topic, err) || !rejected && failedWithTopic(p.cl, r.Topic, id, err) {
-			id = -1 // rejected or failed by kgo's failure of the whole topic
+	var fe *kgo.ErrProducePartitionFailed
+	if err != nil && errors.As(err, &fe) {
+		pt := p.lockPartition(fe.Topic, fe.Partition)
+		settle := pt.arriveLocked(pd, fe, err)
+		pt.mu.Unlock()
+		if settle == nil {
+			return
 		}
-		if pt := p.lockPartition(r.Topic, id, rejected); pt != nil {
-			settle := pt.arriveLocked(pd, err, rejected)
-			pt.mu.Unlock()
-			if settle == nil {
-				return
-			}
-			err = settle
-		}
+		err = settle
 	}
 	p.finish(pd, err)
-}
-
-// rejection is what topicRejected found for an error.
-type rejection struct {
-	err   error
-	minus bool
-}
-
-// topicRejected returns whether err is kgo's failure of the whole topic (-1).
-// kgo rejects every record of a failure with the same error: the answer for
-// the last one is kept (until a partition is forgotten).
-func (p *Producer) topicRejected(topic string, err error) bool {
-	if c := p.lastRejection.Load(); c != nil && errors.Is(c.err, err) {
-		return c.minus
-	}
-	minus := errors.Is(failureOf(p.cl, topic, -1), err)
-	p.lastRejection.Store(&rejection{err, minus})
-	return minus
-}
-
-// failedWithTopic returns whether a failed record is one of kgo's failure of
-// its whole topic (-1): kgo did not partition it, so its Partition says nothing.
-func failedWithTopic(cl *kgo.Client, topic string, id int32, err error) bool {
-	return errors.Is(failureOf(cl, topic, -1), err) && !errors.Is(failureOf(cl, topic, id), err)
 }
 
 // finish calls a record's promise, and counts it out.
@@ -348,12 +308,14 @@ func (p *Producer) Close() {
 // Resume ends the Stop of every stopped partition of topic: records produced
 // to them from now on are produced, in order. Records produced to a stopped
 // partition before Resume still fail with ErrStopped, whenever their promise
-// comes. kgo resumes the partition only once every record it rejected came
-// back; until then it rejects the records produced after Resume too, and the
-// Producer keeps them and produces them again first, as in a recovery. A
-// Produce call that has not returned when Resume is called (one blocked on
-// kgo's MaxBufferedRecords, say) is concurrent with it: its record may go
-// either way. Resuming a topic that is not stopped is a no-op.
+// comes. kgo resumes the partition only once every promise of its failure
+// has returned; until then it rejects the records produced after Resume too,
+// and the Producer keeps them and produces them again first, as in a
+// recovery. A Produce call that has not returned when Resume is called (one
+// blocked on kgo's MaxBufferedRecords, say) is concurrent with it: its record
+// may go either way. Resuming a topic that is not stopped is a no-op. Resume
+// does not call kgo (the partition's worker recovers it): it may be called
+// from an application's kgo hook.
 func (p *Producer) Resume(topic string) {
 	t := p.topic(topic)
 	if t == nil {

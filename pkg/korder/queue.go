@@ -15,9 +15,10 @@ type pending struct {
 	ctx      context.Context
 	r        *kgo.Record
 	promise  func(*kgo.Record, error)
-	err      error // the last error kgo failed the record with
-	attempts int   // Retry attempts
-	round    uint64
+	err      error  // the last error kgo failed the record with
+	rejected bool   // err is kgo's failure itself: the record was rejected, not failed
+	attempts int    // Retry attempts
+	round    uint64 // the recovery round that produced it again last
 }
 
 // size is what a record counts for against MaxHeldBytes: its key, value and

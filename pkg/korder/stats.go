@@ -13,7 +13,7 @@ type stats struct {
 
 // Stats counts what the Producer did. Counts are of records unless noted.
 type Stats struct {
-	Failures     int64 // partition or topic failures kgo reported (hook calls; not those of dead-letter topics)
+	Failures     int64 // partition or topic failures kgo reported (hook calls, MaxBufferedPartitionRecords' too; not those of dead-letter topics)
 	Retries      int64 // records produced again by Retry (the first record of each round)
 	Isolations   int64 // records that Isolate found failing on their own
 	DeadLettered int64 // records diverted to a dead-letter topic

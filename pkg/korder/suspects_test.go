@@ -26,12 +26,13 @@ func TestSuspectsAcrossGoroutines(t *testing.T) {
 	tp := &topic{p: p, name: "t", parts: map[int32]*partition{}}
 	pt := tp.partitionLocked(0)
 	failed := fmt.Errorf("%w: %w", kgo.ErrPossiblyWritten, kerr.RequestTimedOut)
-	rejected := fmt.Errorf("%w: %w", kgo.ErrProducePartitionFailed, kerr.RequestTimedOut)
+	rejected := &kgo.ErrProducePartitionFailed{Topic: "t", Partition: 0, Err: kerr.RequestTimedOut}
 	pds := map[uint64]*pending{}
-	fill := func(recs ...any) { // seq, error, round, ...
+	fill := func(recs ...any) { // seq, error (rejected: the failure itself), round, ...
 		pt.q = queue{}
 		for i := 0; i < len(recs); i += 3 {
-			pd := &pending{seq: uint64(recs[i].(int)), r: &kgo.Record{Topic: "t"}, err: recs[i+1].(error), round: uint64(recs[i+2].(int))}
+			err := recs[i+1].(error)
+			pd := &pending{seq: uint64(recs[i].(int)), r: &kgo.Record{Topic: "t"}, err: err, rejected: err == error(rejected), round: uint64(recs[i+2].(int))}
 			pds[pd.seq] = pd
 			pt.q.insert(pd)
 		}

@@ -55,13 +55,12 @@ func (t *topic) forget(pt *partition) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pt.mu.Lock()
-	idle := !pt.worker && pt.stopped == nil && !pt.failed && pt.q.len() == 0 && len(pt.inRound) == 0
+	idle := !pt.worker && pt.stopped == nil && pt.failure == nil && pt.q.len() == 0 && len(pt.inRound) == 0
 	pt.mu.Unlock()
 	if !idle || t.parts[pt.id] != pt {
 		return
 	}
 	delete(t.parts, pt.id)
-	p.lastRejection.Store(nil) // nor keep a recovered failure's error
 	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
 	if pt.id < 0 {
 		t.minus.Store(false)

@@ -155,6 +155,7 @@ func (a *attempt) acked() bool { return a.promised == 1 && a.err == nil && (a.tx
 // partState is the protocol's view of one partition. Guarded by run.mu.
 type partState struct {
 	failed   bool
+	failure  *failure // kgo's failure of the partition, to recover (nil: none known)
 	inflight int
 	epoch    int
 	next     int64
@@ -188,9 +189,11 @@ type run struct {
 	promisesIn  chan struct{} // signaled whenever outstanding drops to 0 while closing
 	tokens      []chan struct{}
 	recoveries  int
-	rejected    int // promises failed with ErrProducePartitionFailed
+	rejected    int // promises rejected by a failed partition or topic
 	hardFails   int // promises failed with anything else
 	hooks       atomic.Int64
+
+	topicFailure *failure // kgo's failure of the topic (partition -1), to recover
 
 	// Transactions (kindTxn), guarded by mu except txnDoomed.
 	txnOpen   bool          // records may be handed off
@@ -218,9 +221,10 @@ type run struct {
 	cancelCtx context.Context
 	cancelFn  context.CancelFunc
 
-	hookMu     sync.Mutex
-	hookEvents []hookEvent
-	wake       chan struct{} // coordinator wake-up, capacity 1
+	hookMu      sync.Mutex
+	hookEvents  []hookEvent
+	txnFailures []*failure    // kgo failures in the current transaction
+	wake        chan struct{} // coordinator wake-up, capacity 1
 
 	gates gates
 	hist  history
@@ -236,22 +240,26 @@ type orderedProducer interface {
 }
 
 type hookEvent struct {
-	topic     string
 	partition int32
-	err       error
+	f         *failure
 }
 
-// failHook is the HookProducePartitionFailed: it must not block, and may run
-// inside Produce on a goroutine holding run.mu, so it only takes leaf locks
-// and signals the coordinator (or, in a transaction, dooms it). In
-// modeKorder, korder has its own hook; this one only records the call.
+// failHook is the HookProducePartitionFailed (see the shim): it must not
+// block, and runs with the partition's lock held, possibly inside Produce on
+// a goroutine holding run.mu, so it only takes leaf locks and signals the
+// coordinator (or, in a transaction, dooms it). In modeKorder, korder has
+// its own hook; this one only records the call.
 type failHook struct{ r *run }
 
-func (h *failHook) OnProducePartitionFailed(topic string, partition int32, err error) {
+// failed is the hook's body: f failed topic's partition (-1: the topic).
+func (h *failHook) failed(topic string, partition int32, err error, f *failure) {
 	r := h.r
 	r.hooks.Add(1)
 	r.hist.add(evHook, nil, nil, partition, fmt.Sprintf("OnProducePartitionFailed(%s, %d, %v)", topic, partition, err))
 	if r.rc.txn() {
+		r.hookMu.Lock()
+		r.txnFailures = append(r.txnFailures, f)
+		r.hookMu.Unlock()
 		r.doomTxn()
 		return
 	}
@@ -259,9 +267,38 @@ func (h *failHook) OnProducePartitionFailed(topic string, partition int32, err e
 		return
 	}
 	r.hookMu.Lock()
-	r.hookEvents = append(r.hookEvents, hookEvent{topic, partition, err})
+	r.hookEvents = append(r.hookEvents, hookEvent{partition, f})
 	r.hookMu.Unlock()
 	r.signal()
+}
+
+// noteFailureLocked records kgo's failure f of partition (-1: the topic),
+// from the hook or a promise, as the one to recover, and stops the
+// partition or the topic. run.mu is held.
+func (r *run) noteFailureLocked(partition int32, f *failure) {
+	switch {
+	case f == nil:
+	case partition < 0:
+		r.topicFailed, r.topicFailure = true, f
+	case int(partition) < len(r.parts):
+		ps := r.parts[partition]
+		ps.failed, ps.failure = true, f
+	}
+}
+
+// failuresLocked describes the kgo failures the coordinator has not
+// recovered yet. run.mu is held.
+func (r *run) failuresLocked() string {
+	var b strings.Builder
+	if r.topicFailure != nil {
+		fmt.Fprintf(&b, "[topic: %v]", r.topicFailure)
+	}
+	for i, ps := range r.parts {
+		if ps.failure != nil {
+			fmt.Fprintf(&b, "[%d: %v]", i, ps.failure)
+		}
+	}
+	return b.String()
 }
 
 // unbufferedHook (modeKorder) records what kgo failed each record with, for
@@ -344,7 +381,7 @@ type outcome struct {
 	lost       int
 	unfinished int // attempts whose promise never came
 	recoveries int
-	rejected   int // promises failed with ErrProducePartitionFailed
+	rejected   int // promises rejected by a failed partition or topic
 	hardFails  int // promises failed with another error
 	hooks      int // HookProducePartitionFailed calls
 	documented int // reorders and duplicates the option documents (see maybeWrittenLocked, nonRetryableAfterUnsureLocked)
@@ -419,8 +456,6 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 		out.viol = r.viol
 		return out
 	}
-	cl := r.cl
-
 	// Coordinator (fail-stop protocol outside transactions only; the
 	// naive mode re-produces from the promise, korder recovers itself).
 	coordDone := make(chan struct{})
@@ -519,8 +554,9 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 				stuck = append(stuck, fmt.Sprintf("%v state=%d attempts=%d", rr, rr.state, len(rr.attempts)))
 			}
 		}
+		failures := r.failuresLocked()
 		r.mu.Unlock()
-		r.violate("stuck", nil, "records not resolved %v after producing stopped (failed partitions in kgo: %v): %v", drainTimeout, failedPartitions(cl, chaosTopic, len(r.parts)), stuck)
+		r.violate("stuck", nil, "records not resolved %v after producing stopped (kgo failures not recovered: %s): %v", drainTimeout, failures, stuck)
 		// Where every goroutine is, for the history: a stuck run
 		// rarely reproduces from its seed alone.
 		var stacks strings.Builder
@@ -823,7 +859,7 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		r.resolveLocked(rr)
 		return
 	}
-	if isPartitionFailed(err) {
+	if isRejected(err) {
 		r.rejected++
 	} else {
 		rr.hard++
@@ -849,9 +885,13 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 		r.doomTxn()
 	default:
 		// Stop the partition (the hook may not have been handled
-		// yet); the coordinator produces it again once everything
-		// in flight for the partition has finished.
+		// yet); the coordinator recovers kgo's failure, which the
+		// error carries, and produces it again once everything in
+		// flight for the partition has finished.
 		ps.failed = true
+		if f := failureOf(err); f != nil {
+			r.noteFailureLocked(f.Partition, f)
+		}
 		ps.failures = append(ps.failures, rr)
 		r.maybeWakeLocked(ps)
 	}
@@ -968,9 +1008,7 @@ func (r *run) endTxn(quit chan struct{}) bool {
 			return false
 		}
 		r.hist.add(evTxn, nil, nil, -2, fmt.Sprintf("EndTransaction(%d, TryAbort): ok", seq))
-		if still := failedPartitions(r.cl, chaosTopic, len(r.parts)); r.rc.mode != modeNaive && len(still) > 0 {
-			r.violate("txn", nil, "transaction %d aborted, yet partitions are still failed in kgo: %v", seq, still)
-		}
+		r.checkAbortRecovered(ctx, seq)
 	}
 
 	r.mu.Lock()
@@ -1023,6 +1061,9 @@ func (r *run) endTxn(quit chan struct{}) bool {
 	}
 	r.txnDoomed.Store(false)
 	r.txnFailed = false
+	r.hookMu.Lock()
+	r.txnFailures = nil
+	r.hookMu.Unlock()
 	queue := append(carry, r.txnQueue...)
 	r.txnQueue = nil
 	r.mu.Unlock()
@@ -1109,10 +1150,30 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// checkAbortRecovered checks that a successful abort recovered the kgo
+// failures of its transaction: recovering one must be refused (not failed).
+// One that is accepted was still failed (a violation), and is recovered now.
+func (r *run) checkAbortRecovered(ctx context.Context, seq int) {
+	r.hookMu.Lock()
+	fs := r.txnFailures
+	r.txnFailures = nil
+	r.hookMu.Unlock()
+	for _, f := range fs {
+		err := recoverFailure(r.cl, f)
+		for isRecoveryPending(err) && sleepCtx(ctx, time.Millisecond) {
+			err = recoverFailure(r.cl, f)
+		}
+		if err == nil {
+			r.violate("txn", nil, "transaction %d aborted, yet kgo still had %v failed", seq, f)
+		}
+	}
+}
+
 // coordinate is the fail-stop recovery protocol: for a failed partition whose
-// records handed to kgo have all been promised, recover it in kgo, produce
-// its failed records again in hand-off order (giving up on those that failed
-// too often), then the records queued while it was failed. A failed topic
+// records handed to kgo have all been promised, recover kgo's failure (again
+// shortly while a promise of it has not returned), produce its failed
+// records again in hand-off order (giving up on those that failed too
+// often), then the records queued while it was failed. A failed topic
 // (partition -1) stops every partition, and is recovered once nothing is in
 // flight anywhere.
 func (r *run) coordinate(quit chan struct{}) {
@@ -1122,41 +1183,40 @@ func (r *run) coordinate(quit chan struct{}) {
 			return
 		case <-r.wake:
 		}
+		r.mu.Lock()
+		// Under run.mu: a promise that made a partition idle ran after
+		// the hook for the failure it carries.
 		r.hookMu.Lock()
 		evs := r.hookEvents
 		r.hookEvents = nil
 		r.hookMu.Unlock()
-
-		r.mu.Lock()
 		for _, ev := range evs {
-			if ev.partition < 0 {
-				r.topicFailed = true
-			} else if int(ev.partition) < len(r.parts) {
-				r.parts[ev.partition].failed = true
-			}
+			r.noteFailureLocked(ev.partition, ev.f)
 		}
 		if r.topicFailed {
 			idle := true
 			for _, ps := range r.parts {
 				idle = idle && ps.inflight == 0
 			}
-			if idle {
-				toRecover := []int32{-1}
+			if idle && r.recoverLocked(-1, &r.topicFailure) {
+				recovered := true
 				for i, ps := range r.parts {
 					if ps.failed {
-						toRecover = append(toRecover, int32(i))
+						recovered = r.recoverLocked(int32(i), &ps.failure) && recovered
 					}
 				}
-				r.recoverLocked(toRecover)
-				r.topicFailed = false
-				for i := range r.parts {
-					r.restartLocked(int32(i))
+				if recovered {
+					r.recoveries++
+					r.topicFailed = false
+					for i := range r.parts {
+						r.restartLocked(int32(i))
+					}
 				}
 			}
 		} else {
 			for i, ps := range r.parts {
-				if ps.failed && ps.inflight == 0 {
-					r.recoverLocked([]int32{int32(i)})
+				if ps.failed && ps.inflight == 0 && r.recoverLocked(int32(i), &ps.failure) {
+					r.recoveries++
 					r.restartLocked(int32(i))
 				}
 			}
@@ -1165,14 +1225,26 @@ func (r *run) coordinate(quit chan struct{}) {
 	}
 }
 
-func (r *run) recoverLocked(parts []int32) {
-	r.recoveries++
-	part := int32(-1)
-	if len(parts) == 1 {
-		part = parts[0]
+// recoverLocked recovers kgo's failure *f of part (-1: the topic), with no
+// records: the harness produces them again itself, after it. It reports
+// whether *f is recovered (or nil); while a promise of it has not returned,
+// it is not, and the coordinator is woken again shortly. run.mu is held, which
+// every promise takes: one still running is waiting for it.
+func (r *run) recoverLocked(part int32, f **failure) bool {
+	if *f == nil {
+		return true
 	}
-	r.hist.add(evRecover, nil, nil, part, fmt.Sprintf("RecoverProducePartition(%s: %v)", chaosTopic, parts))
-	recoverPartitions(r.cl, map[string][]int32{chaosTopic: parts})
+	err := recoverFailure(r.cl, *f)
+	if isRecoveryPending(err) {
+		time.AfterFunc(time.Millisecond, r.signal)
+		return false
+	}
+	r.hist.add(evRecover, nil, nil, part, fmt.Sprintf("RecoverProducePartition(%s/%d): %v", chaosTopic, part, err))
+	if err != nil {
+		r.violate("recover", nil, "RecoverProducePartition of %v: %v", *f, err)
+	}
+	*f = nil
+	return true
 }
 
 func (r *run) restartLocked(p int32) {

@@ -4,8 +4,6 @@ package chaos_test
 
 import (
 	"errors"
-	"math"
-	"strings"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -18,45 +16,50 @@ import (
 // failStopAvailable reports whether the fail-stop API is compiled in.
 const failStopAvailable = true
 
+// failure is kgo's failure of a partition (or topic): what the hook is
+// passed and what every record it failed or rejected carries.
+type failure = kgo.ErrProducePartitionFailed
+
 // failStopOpts enables FailPartitionOnProduceFailure and registers h, which
 // implements kgo.HookProducePartitionFailed.
 func failStopOpts(h any) []kgo.Opt {
 	return []kgo.Opt{kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(h)}
 }
 
-// recoverPartitions recovers partitions whose every record the harness has
-// seen promised (it waits for that), with no records: it produces the failed
-// ones again itself, holding the partition's new records until then.
-func recoverPartitions(cl *kgo.Client, partitions map[string][]int32) {
-	for topic, ps := range partitions {
-		for _, p := range ps {
-			cl.RecoverProducePartition(topic, p, math.MaxInt, false, nil)
-		}
-	}
+// OnProducePartitionFailed implements kgo.HookProducePartitionFailed.
+func (h *failHook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
+	h.failed(f.Topic, f.Partition, f.Err, f)
 }
-
-// failedPartitions probes which of topic's n partitions (and the topic, -1)
-// are failed in kgo: a recovery with seen -1 is refused, changing nothing,
-// exactly when the partition is failed.
-func failedPartitions(cl *kgo.Client, topic string, n int) map[string][]int32 {
-	var failed []int32
-	for p := int32(-1); p < int32(n); p++ {
-		if err := cl.RecoverProducePartition(topic, p, -1, false, nil); err != nil && strings.Contains(err.Error(), "not seen") {
-			failed = append(failed, p)
-		}
-	}
-	if failed == nil {
-		return nil
-	}
-	return map[string][]int32{topic: failed}
-}
-
-// isPartitionFailed reports whether err is a rejection by a failed partition
-// or topic.
-func isPartitionFailed(err error) bool { return errors.Is(err, kgo.ErrProducePartitionFailed) }
 
 // Compile-time check that the hook type implements the patched hook.
 var _ kgo.HookProducePartitionFailed = (*failHook)(nil)
+
+// recoverFailure recovers f's partition (or topic) with no records: the
+// harness produces the failed ones again itself, holding the partition's
+// new records until then.
+func recoverFailure(cl *kgo.Client, f *failure) error {
+	return cl.RecoverProducePartition(f, nil)
+}
+
+// isRecoveryPending reports whether a recovery was refused because a promise
+// of the failure has not returned yet.
+func isRecoveryPending(err error) bool { return errors.Is(err, kgo.ErrRecoveryPending) }
+
+// failureOf returns the failure a promise's error carries, nil if none.
+func failureOf(err error) *failure {
+	var f *kgo.ErrProducePartitionFailed
+	if errors.As(err, &f) {
+		return f
+	}
+	return nil
+}
+
+// isRejected reports whether err rejected a record produced to a failed
+// partition or topic: it is the failure itself.
+func isRejected(err error) bool {
+	f := failureOf(err)
+	return f != nil && err == error(f)
+}
 
 // isPossiblyWritten reports whether err says that its record may have been
 // written although it failed.

@@ -15,13 +15,19 @@ import (
 
 const failStopAvailable = false
 
+// failure stands in for kgo.ErrProducePartitionFailed, which no record
+// carries here.
+type failure struct{ Partition int32 }
+
 func failStopOpts(any) []kgo.Opt { return nil }
 
-func recoverPartitions(*kgo.Client, map[string][]int32) {}
+func recoverFailure(*kgo.Client, *failure) error { return nil }
 
-func failedPartitions(*kgo.Client, string, int) map[string][]int32 { return nil }
+func isRecoveryPending(error) bool { return false }
 
-func isPartitionFailed(error) bool { return false }
+func failureOf(error) *failure { return nil }
+
+func isRejected(error) bool { return false }
 
 func newOrderedProducer(runConfig, []kgo.Opt) (orderedProducer, *kgo.Client, error) {
 	return nil, nil, errors.New("korder needs the patched franz-go")

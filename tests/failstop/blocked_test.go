@@ -33,21 +33,22 @@ func TestBlockedProduceRejectedByTopicFailure(t *testing.T) {
 	second := make(chan error, 1)
 	go cl.Produce(ctx, &kgo.Record{Topic: u, Key: []byte("k"), Value: []byte("second")}, func(_ *kgo.Record, err error) { second <- err })
 
+	f := h.wait(ctx, t)
+	checkEvent(t, f, u, -1, kerr.UnknownTopicOrPartition)
 	for _, ch := range []chan error{first, second} {
 		select {
 		case err := <-ch:
-			if ch == first && !errors.Is(err, kerr.UnknownTopicOrPartition) {
-				t.Fatalf("first record: %v, want UNKNOWN_TOPIC_OR_PARTITION", err)
+			if ch == first && (!errors.Is(err, kerr.UnknownTopicOrPartition) || failureOf(err) != f || isRejected(err)) {
+				t.Fatalf("first record: %v, want UNKNOWN_TOPIC_OR_PARTITION, carrying the topic's failure", err)
 			}
-			if ch == second && !errors.Is(err, kgo.ErrProducePartitionFailed) {
-				t.Fatalf("record blocked before the topic failed: %v, want a rejection wrapping ErrProducePartitionFailed", err)
+			if ch == second && err != error(f) {
+				t.Fatalf("record blocked before the topic failed: %v, want a rejection with the topic's failure", err)
 			}
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}
 	}
-	checkEvent(t, h.wait(ctx, t), u, -1, kerr.UnknownTopicOrPartition)
-	if err := cl.RecoverProducePartition(u, -1, 2, false, nil); err != nil {
-		t.Fatalf("recovering the topic with both records seen: %v", err)
+	if err := recoverWhenReturned(ctx, t, cl, f, nil); err != nil {
+		t.Fatalf("recovering the topic once both promises returned: %v", err)
 	}
 }

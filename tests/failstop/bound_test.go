@@ -3,7 +3,6 @@
 package failstop_test
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -18,10 +17,10 @@ import (
 // records take the buffer that every partition shares (MaxBufferedRecords),
 // and producing to partition 1 blocks. With MaxBufferedPartitionRecords,
 // once partition 0 retries its first batch, the record past the bound fails
-// the partition (no hook, a cause wrapping ErrMaxBuffered) and is rejected
-// with the ones after it; partition 1 keeps being written. Once the stall
-// ends and the buffered records are written, RecoverProducePartition
-// produces the rejected ones, in order.
+// the partition (the hook is called, with a cause wrapping ErrMaxBuffered)
+// and the ones after it are rejected with that failure; partition 1 keeps
+// being written. Once the stall ends and the buffered records are written,
+// RecoverProducePartition produces the failed and rejected ones, in order.
 func TestPartitionBoundIsolatesStall(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2, topic)
@@ -39,24 +38,22 @@ func TestPartitionBoundIsolatesStall(t *testing.T) {
 		t.Fatal(err)
 	}
 	over := await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...))
-	for _, r := range over {
-		if !errors.Is(r.err, kgo.ErrProducePartitionFailed) || !errors.Is(r.err, kgo.ErrMaxBuffered) {
-			t.Fatalf("record %s past the bound: got %v, want a rejection wrapping ErrMaxBuffered", r.r.Value, r.err)
-		}
+	f := checkWave(t, over, kgo.ErrMaxBuffered)
+	if ev := h.wait(ctx, t); ev != f {
+		t.Fatalf("the hook was called with %v, the records past the bound carry %v", ev, f)
 	}
+	checkEvent(t, f, topic, 0, kgo.ErrMaxBuffered)
 	// Partition 1 has the rest of the shared buffer.
 	produceOK(ctx, t, cl, recs(topic, 1, 1, 11)...)
-	if evs := h.snapshot(); len(evs) != 0 {
-		t.Fatalf("the hook was called for the bound: %v", evs)
-	}
 	stall.Remove()
 	for _, r := range await(ctx, t, stalled) {
 		if r.err != nil {
 			t.Fatalf("stalled record %s: %v", r.r.Value, r.err)
 		}
 	}
-	recoverOK(ctx, t, cl, topic, 0, 2, recs(topic, 0, 3, 5)...)
+	recoverOK(ctx, t, cl, f, recs(topic, 0, 3, 5)...)
 	produceOK(ctx, t, cl, rec(topic, 0, 5))
 	checkLog(ctx, t, c, topic, 0, seqRange(0, 6))
 	checkLog(ctx, t, c, topic, 1, seqRange(0, 11))
+	checkHookOnce(t, h)
 }

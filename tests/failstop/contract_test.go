@@ -44,7 +44,7 @@ func TestHookOnCausingGoroutine(t *testing.T) {
 		wrong    atomic.Int64  // hooks on any other goroutine
 		hookRuns atomic.Int64
 	)
-	h.onFail = func(failEvent) {
+	h.onFail = func(*failure) {
 		hookRuns.Add(1)
 		if goid() != failing.Load() {
 			wrong.Add(1)
@@ -84,11 +84,12 @@ func TestHookOnCausingGoroutine(t *testing.T) {
 		if got := hookRuns.Load(); got != int64(i+1) {
 			t.Fatalf("round %d: %d hooks ran before Produce returned, want %d", i, got, i+1)
 		}
-		if err := (<-done); !errors.Is(err, kerr.MessageTooLarge) {
-			t.Fatalf("round %d: too large record got %v", i, err)
+		f := h.wait(ctx, t)
+		if err := (<-done); !errors.Is(err, kerr.MessageTooLarge) || failureOf(err) != f {
+			t.Fatalf("round %d: too large record got %v, want MESSAGE_TOO_LARGE carrying the hook's failure", i, err)
 		}
-		// Its promise ran: the record is seen, and dropped.
-		if err := recoverPartition(cl, topic, int32(i%4), 1, nil); err != nil {
+		// Its promise ran: the record is dropped, the partition recovered.
+		if err := recoverWhenReturned(ctx, t, cl, f, nil); err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
 	}
@@ -153,8 +154,11 @@ func TestBeforeMetadataRecordsWritten(t *testing.T) {
 	big := rec(topic, 0, 5)
 	big.Value = make([]byte, 4096)
 	failed := await(ctx, t, produceAsync(ctx, cl, big))
-	checkEvent(t, h.wait(ctx, t), topic, -1, kerr.MessageTooLarge)
-	orig := checkWave(t, failed, kerr.MessageTooLarge)
+	f := h.wait(ctx, t)
+	checkEvent(t, f, topic, -1, kerr.MessageTooLarge)
+	if got := checkWave(t, failed, kerr.MessageTooLarge); got != f {
+		t.Fatalf("the failed record carries %v, want the hook's failure %v", got, f)
+	}
 	later := produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)
 	release()
 
@@ -163,9 +167,9 @@ func TestBeforeMetadataRecordsWritten(t *testing.T) {
 			t.Fatalf("seq %d, produced before the failure: %v, want written", i, r.err)
 		}
 	}
-	checkRejected(t, await(ctx, t, later), orig, kerr.MessageTooLarge)
+	checkRejected(t, await(ctx, t, later), f, kerr.MessageTooLarge)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
-	recoverOK(ctx, t, cl, topic, -1, 3, recs(topic, 0, 5, 8)...)
+	recoverOK(ctx, t, cl, f, recs(topic, 0, 5, 8)...)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, 8))
 	checkHookOnce(t, h)
 }

@@ -18,7 +18,8 @@ func (f partitionedFunc) OnProduceRecordPartitioned(r *kgo.Record, node int32) {
 // kgo stores a new topic's partitions only once the records that waited for
 // them are buffered, and one of those can fail before: here A fails on
 // partition 0 while B, the next waiting record, is held in its partitioned
-// hook. A recovery from A's promise must find the partition; it was refused
+// hook. A recovery of A's failure, handed over by A's promise, must find the
+// partition while B is still held; with the earlier API it was refused
 // ("the client does not know it"), and korder then gave up the partition's
 // kept records (a flake of korder's TestMatrixMidStream).
 func TestRecoverDuringTopicFirstLoad(t *testing.T) {
@@ -48,19 +49,21 @@ func TestRecoverDuringTopicFirstLoad(t *testing.T) {
 		})),
 	}, failStopOpts(h)...)...)
 
-	recovered := make(chan error, 1)
-	cl.Produce(ctx, rec(topic, 0, 0), func(*kgo.Record, error) {
-		recovered <- cl.RecoverProducePartition(topic, 0, 1, false, nil)
-	})
+	failed := make(chan *failure, 1)
+	cl.Produce(ctx, rec(topic, 0, 0), func(_ *kgo.Record, err error) { failed <- failureOf(err) })
 	cl.Produce(ctx, rec(topic, 1, 1), nil)
-	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+	f := h.wait(ctx, t)
+	checkEvent(t, f, topic, 0, kerr.InvalidRecord)
 	defer close(release)
 	select {
-	case err := <-recovered:
-		if err != nil {
-			t.Fatalf("recovering while the topic's partitions were being stored: %v", err)
+	case got := <-failed:
+		if got != f {
+			t.Fatalf("A's promise carries %v, want the hook's failure %v", got, f)
 		}
 	case <-ctx.Done():
 		t.Fatal(ctx.Err())
+	}
+	if err := recoverWhenReturned(ctx, t, cl, f, nil); err != nil {
+		t.Fatalf("recovering while the topic's partitions were being stored: %v", err)
 	}
 }

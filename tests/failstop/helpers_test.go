@@ -3,7 +3,6 @@ package failstop_test
 import (
 	"context"
 	"errors"
-	"regexp"
 	"slices"
 	"strconv"
 	"sync"
@@ -71,64 +70,61 @@ func eachConfig(t *testing.T, fn func(t *testing.T, opts []kgo.Opt)) {
 	}
 }
 
-// failEvent is one OnProducePartitionFailed call.
-type failEvent struct {
-	topic     string
-	partition int32
-	err       error
-}
-
-// failHook records OnProducePartitionFailed calls (it implements
-// kgo.HookProducePartitionFailed on the patched tree; on pristine franz-go it
-// is never registered) and optionally reacts inline.
+// failHook records the failures kgo reports to HookProducePartitionFailed
+// (the shim makes it implement the hook on the patched tree; on pristine
+// franz-go it is never registered). onFail, if set, runs inline, where kgo
+// calls the hook: on the goroutine that failed the partition, with the
+// partition's lock held, so it must not block, produce or recover (a
+// recovery from there is refused with errRecoveryPending).
 type failHook struct {
 	mu     sync.Mutex
-	events []failEvent
-	ch     chan failEvent
-	onFail func(failEvent) // called inline, on the goroutine that failed the partition
+	events []*failure
+	ch     chan *failure
+	onFail func(*failure)
 }
 
-func newFailHook() *failHook { return &failHook{ch: make(chan failEvent, 64)} }
+func newFailHook() *failHook { return &failHook{ch: make(chan *failure, 64)} }
 
-func (h *failHook) OnProducePartitionFailed(topic string, partition int32, err error) {
-	ev := failEvent{topic, partition, err}
+// failed is the hook's body (see the shim).
+func (h *failHook) failed(f *failure) {
 	h.mu.Lock()
-	h.events = append(h.events, ev)
+	h.events = append(h.events, f)
 	h.mu.Unlock()
 	if h.onFail != nil {
-		h.onFail(ev)
+		h.onFail(f)
 	}
 	select {
-	case h.ch <- ev:
+	case h.ch <- f:
 	default:
 	}
 }
 
-// wait returns the next hook call, failing the test if none comes in time.
-func (h *failHook) wait(ctx context.Context, t *testing.T) failEvent {
+// wait returns the next failure the hook was called with, failing the test
+// if none comes in time.
+func (h *failHook) wait(ctx context.Context, t *testing.T) *failure {
 	t.Helper()
 	select {
-	case ev := <-h.ch:
-		return ev
+	case f := <-h.ch:
+		return f
 	case <-ctx.Done():
 		t.Fatalf("OnProducePartitionFailed was not called: %v", ctx.Err())
-		return failEvent{}
+		return nil
 	}
 }
 
-func (h *failHook) snapshot() []failEvent {
+func (h *failHook) snapshot() []*failure {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return slices.Clone(h.events)
 }
 
-// checkEvent checks a hook call against the expected topic, partition and
+// checkEvent checks a failure against the expected topic, partition and
 // cause.
-func checkEvent(t *testing.T, ev failEvent, topic string, partition int32, cause error) {
+func checkEvent(t *testing.T, f *failure, topic string, partition int32, cause error) {
 	t.Helper()
-	if ev.topic != topic || ev.partition != partition || !errors.Is(ev.err, cause) {
+	if f.Topic != topic || f.Partition != partition || !errors.Is(f.Err, cause) {
 		t.Fatalf("OnProducePartitionFailed(%q, %d, %v), want (%q, %d, an error wrapping %v)",
-			ev.topic, ev.partition, ev.err, topic, partition, cause)
+			f.Topic, f.Partition, f.Err, topic, partition, cause)
 	}
 }
 
@@ -208,15 +204,22 @@ func produceOK(ctx context.Context, t *testing.T, cl *kgo.Client, rs ...*kgo.Rec
 // checkWave checks the records produced while the partition failed: a
 // non-empty prefix of them fails with the original cause (they were buffered
 // when the partition failed), the rest, produced once it had failed, are
-// rejected. It returns the error the first record failed with.
-func checkWave(t *testing.T, wave []result, cause error) error {
+// rejected. With the patched API, every one of them carries the same
+// failure, which it returns (nil on pristine franz-go).
+func checkWave(t *testing.T, wave []result, cause error) *failure {
 	t.Helper()
+	f := failureOf(wave[0].err)
+	if failStopAvailable && f == nil {
+		t.Fatalf("first failing record (seq %s) failed with %v, which carries no *kgo.ErrProducePartitionFailed", wave[0].r.Value, wave[0].err)
+	}
 	rejecting := false
 	for i, w := range wave {
 		switch {
 		case w.err == nil:
 			t.Fatalf("wave record %d (seq %s) succeeded at offset %d, want it failed with %v", i, w.r.Value, w.r.Offset, cause)
-		case isPartitionFailed(w.err):
+		case failureOf(w.err) != f:
+			t.Fatalf("wave record %d (seq %s) failed with %v, which carries another failure than the first record's (%v)", i, w.r.Value, w.err, wave[0].err)
+		case isRejected(w.err):
 			if i == 0 {
 				t.Fatalf("first failing record (seq %s) was rejected as partition-failed (%v), want its own error %v", w.r.Value, w.err, cause)
 			}
@@ -227,20 +230,19 @@ func checkWave(t *testing.T, wave []result, cause error) error {
 			t.Fatalf("wave record %d (seq %s) failed with %v, want an error wrapping %v", i, w.r.Value, w.err, cause)
 		}
 	}
-	return wave[0].err
+	return f
 }
 
 // checkRejected checks that records produced to a failed partition were
-// rejected with an error wrapping ErrProducePartitionFailed (see
-// isPartitionFailed), the original error and its cause.
-func checkRejected(t *testing.T, rs []result, orig, cause error) {
+// rejected with the failure f itself, which wraps cause.
+func checkRejected(t *testing.T, rs []result, f *failure, cause error) {
 	t.Helper()
 	for _, r := range rs {
 		if r.err == nil {
 			t.Fatalf("seq %s, produced to failed %s/%d, succeeded at offset %d", r.r.Value, r.r.Topic, r.r.Partition, r.r.Offset)
 		}
-		if !isPartitionFailed(r.err) || !errors.Is(r.err, cause) || (orig != nil && !errors.Is(r.err, orig)) {
-			t.Fatalf("seq %s failed with %v, want an error wrapping ErrProducePartitionFailed, %v and %v", r.r.Value, r.err, orig, cause)
+		if f == nil || r.err != error(f) || !errors.Is(r.err, cause) {
+			t.Fatalf("seq %s failed with %v, want the failure itself (%v), wrapping %v", r.r.Value, r.err, f, cause)
 		}
 	}
 }
@@ -300,45 +302,41 @@ func checkLog(ctx context.Context, t *testing.T, c *kfake.Cluster, topic string,
 	}
 }
 
-// refusalRE matches the count a refused recovery reports: "2 of the 10"
-// records it failed or rejected are not seen.
-var refusalRE = regexp.MustCompile(`(\d+) of (?:the )?(\d+)\b`)
-
-// refusedCounts returns the missing and total counts of a refused recovery,
-// ok false if err does not report them.
-func refusedCounts(err error) (missing, total int, ok bool) {
-	if err == nil {
-		return 0, 0, false
-	}
-	m := refusalRE.FindStringSubmatch(err.Error())
-	if m == nil {
-		return 0, 0, false
-	}
-	missing, _ = strconv.Atoi(m[1])
-	total, _ = strconv.Atoi(m[2])
-	return missing, total, true
-}
-
-// checkRefused checks that a recovery was refused because missing of the
-// total records the partition failed or rejected were not seen.
-func checkRefused(t *testing.T, err error, missing, total int) {
+// recoverWhenReturned recovers f with rs, calling again while the recovery
+// is refused with errRecoveryPending: the failure's last promise has been
+// called (the caller saw it) but is still returning. It returns the first
+// other answer.
+func recoverWhenReturned(ctx context.Context, t *testing.T, cl *kgo.Client, f *failure, promise func(*kgo.Record, error), rs ...*kgo.Record) error {
 	t.Helper()
-	if m, n, ok := refusedCounts(err); !ok || m != missing || n != total {
-		t.Fatalf("recovery returned %v, want a refusal saying %d of the %d failed or rejected records are not seen", err, missing, total)
+	for {
+		err := recoverPartition(cl, f, promise, rs...)
+		if !errors.Is(err, errRecoveryPending) {
+			return err
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			t.Fatalf("recovering %s/%d: still %v: %v", f.Topic, f.Partition, err, ctx.Err())
+		}
 	}
 }
 
-// recoverOK recovers topic/partition (-1: the topic) with rs, after checking
-// that one record short of seen is refused with the count, and requires
-// every record of rs to be written.
-func recoverOK(ctx context.Context, t *testing.T, cl *kgo.Client, topic string, partition int32, seen int, rs ...*kgo.Record) []result {
+// checkPending checks that a recovery was refused because a promise of the
+// failure has not returned.
+func checkPending(t *testing.T, err error) {
 	t.Helper()
-	if failStopAvailable && seen > 0 {
-		checkRefused(t, recoverPartition(cl, topic, partition, seen-1, nil, rs...), 1, seen)
+	if !errors.Is(err, errRecoveryPending) {
+		t.Fatalf("recovery returned %v, want a refusal wrapping ErrRecoveryPending", err)
 	}
+}
+
+// recoverOK recovers f's partition (or topic) with rs, once every promise
+// of f has returned, and requires every record of rs to be written.
+func recoverOK(ctx context.Context, t *testing.T, cl *kgo.Client, f *failure, rs ...*kgo.Record) []result {
+	t.Helper()
 	chs := make(chan result, len(rs))
-	if err := recoverPartition(cl, topic, partition, seen, func(r *kgo.Record, err error) { chs <- result{r, err} }, rs...); err != nil {
-		t.Fatalf("recovering %s/%d with %d seen: %v", topic, partition, seen, err)
+	if err := recoverWhenReturned(ctx, t, cl, f, func(r *kgo.Record, err error) { chs <- result{r, err} }, rs...); err != nil {
+		t.Fatalf("recovering %s/%d: %v", f.Topic, f.Partition, err)
 	}
 	out := make([]result, 0, len(rs))
 	for range rs {

@@ -40,9 +40,9 @@ const (
 // runInvariant checks, on partition 0, the fail-stop invariant: the log holds
 // a gapless prefix of what was produced up to the first failure and nothing
 // after it while the partition is failed, even once the cause is gone;
-// records produced after the failure was processed are rejected; the
-// recovery counts every one of them; recovering with them, in order, writes
-// the full sequence in order.
+// records produced after the failure was processed are rejected; every
+// failed and rejected record carries the failure the hook was passed;
+// recovering with them, in order, writes the full sequence in order.
 func runInvariant(t *testing.T, cfgOpts []kgo.Opt, sc failScenario) {
 	ctx := testCtx(t)
 	c := newCluster(t, 2, topic)
@@ -67,9 +67,12 @@ func runInvariant(t *testing.T, cfgOpts []kgo.Opt, sc failScenario) {
 		}
 	}
 	wave := await(ctx, t, produceAsync(ctx, cl, waveRecs...))
-	orig := checkWave(t, wave, sc.cause)
+	f := checkWave(t, wave, sc.cause)
 	if failStopAvailable {
-		checkEvent(t, h.wait(ctx, t), topic, 0, sc.cause)
+		if ev := h.wait(ctx, t); ev != f {
+			t.Fatalf("the hook was called with %v, the failed records carry %v: want one failure", ev, f)
+		}
+		checkEvent(t, f, topic, 0, sc.cause)
 	}
 
 	// The cause is gone, but the partition stays failed: records produced
@@ -79,18 +82,18 @@ func runInvariant(t *testing.T, cfgOpts []kgo.Opt, sc failScenario) {
 	for _, a := range after {
 		if a.err == nil {
 			t.Errorf("INVARIANT VIOLATED: record seq %s, produced after partition %d failed (%v) and before recovery, was written at offset %d",
-				a.r.Value, a.r.Partition, orig, a.r.Offset)
+				a.r.Value, a.r.Partition, wave[0].err, a.r.Offset)
 		}
 	}
 	if t.Failed() {
 		t.FailNow()
 	}
-	checkRejected(t, after, orig, sc.cause)
+	checkRejected(t, after, f, sc.cause)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, nPrefix))
 
-	// Recover with the failed and rejected records, in order: every one
-	// of them was seen (one short is refused), and they are written.
-	recoverOK(ctx, t, cl, topic, 0, nWave+nAfter, recs(topic, 0, nPrefix, nTotal)...)
+	// Recover with the failed and rejected records, in order, once their
+	// promises have returned: they are written.
+	recoverOK(ctx, t, cl, f, recs(topic, 0, nPrefix, nTotal)...)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, nTotal))
 
 	if evs := h.snapshot(); failStopAvailable && len(evs) != 1 {

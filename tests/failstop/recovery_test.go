@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,14 +21,9 @@ import (
 )
 
 // The recovery call, RecoverProducePartition: atomic against concurrent
-// producers, counted, callable from a promise; and the order of the hook and
-// the promises around a failure. Each test here fails on the previous
-// series (FailedProducePartitions and RecoverProducePartitions).
-
-// hookGrace is how long the hooks and loggers below wait for a promise that
-// must not run while they do. No correct run ends the wait early, so it
-// costs this much per failure; it only gives a wrong order the time to show.
-const hookGrace = 200 * time.Millisecond
+// producers, refused (ErrRecoveryPending) until every promise of its failure
+// has returned, so never from the hook or such a promise; and the order of
+// the hook and the promises around a failure.
 
 // keyedRec is record seq of key g: value "g seq", key "k<g>".
 func keyedRec(g, seq int) *kgo.Record {
@@ -47,15 +41,17 @@ func keyedOf(t *testing.T, r *kgo.Record) (g, seq int) {
 // TestRecoverWhileProducing: several goroutines keep producing keyed records
 // to one partition while the broker fails some of its produce requests
 // (INVALID_RECORD). A coordinator collects every failed or rejected record
-// from the promises and recovers the partition with them, in produce order
-// per key. A goroutine whose record comes back pauses (as an application
-// stops producing to a failed partition, or its rejections never end), and
-// the coordinator lets them all go on right before it calls
-// RecoverProducePartition, so they produce while it runs. The log must hold
-// every key exactly in produce order, nothing lost, nothing twice: the
-// records a recovery buffers go before anything produced concurrently. A
-// recovery while promises are missing is refused with how many; from inside
-// the hook it always is.
+// from the promises, each carrying its failure, and recovers the partition
+// with them, in produce order per key. A goroutine whose record comes back
+// pauses (as an application stops producing to a failed partition, or its
+// rejections never end), and the coordinator lets them all go on right
+// before it calls RecoverProducePartition, so they produce while it runs. It
+// holds the lock its promises take across the call: a record rejected
+// meanwhile has a promise that has not returned, so the call is refused
+// (ErrRecoveryPending) rather than accepted without that record. The log
+// must hold every key exactly in produce order, nothing lost, nothing twice:
+// the records a recovery buffers go before anything produced concurrently.
+// A recovery from inside the hook is always refused with ErrRecoveryPending.
 func TestRecoverWhileProducing(t *testing.T) {
 	eachConfig(t, func(t *testing.T, opts []kgo.Opt) {
 		const (
@@ -88,20 +84,24 @@ func TestRecoverWhileProducing(t *testing.T) {
 			hookErrs = make(chan error, 64)
 		)
 		h := newFailHook()
-		h.onFail = func(ev failEvent) {
+		h.onFail = func(f *failure) {
 			clMu.Lock()
 			cl := cl
 			clMu.Unlock()
-			hookErrs <- recoverPartition(cl, ev.topic, ev.partition, 0, nil)
+			hookErrs <- recoverPartition(cl, f, nil)
 		}
 		clMu.Lock()
 		cl = newClient(t, c, append(append([]kgo.Opt{kgo.ProducerLinger(0)}, opts...), failStopOpts(h)...)...)
 		clMu.Unlock()
 
+		type backRec struct {
+			r *kgo.Record
+			f *failure
+		}
 		var (
 			written atomic.Int64
 			mu      sync.Mutex
-			back    []*kgo.Record // failed or rejected, not yet recovered
+			back    []backRec // failed or rejected, not yet recovered
 			wake    = make(chan struct{}, 1)
 			paused  = newGate()
 		)
@@ -115,12 +115,13 @@ func TestRecoverWhileProducing(t *testing.T) {
 			if err == nil {
 				written.Add(1)
 			} else {
-				if !errors.Is(err, kerr.InvalidRecord) {
-					t.Errorf("record %q failed with %v, want INVALID_RECORD or a rejection wrapping it", r.Value, err)
+				f := failureOf(err)
+				if f == nil || !errors.Is(err, kerr.InvalidRecord) {
+					t.Errorf("record %q failed with %v, want INVALID_RECORD carrying a partition failure", r.Value, err)
 				}
 				paused.stop()
 				mu.Lock()
-				back = append(back, r)
+				back = append(back, backRec{r, f})
 				mu.Unlock()
 			}
 			signal()
@@ -145,44 +146,58 @@ func TestRecoverWhileProducing(t *testing.T) {
 			})
 		}
 
-		var recoveries, refusals int
+		var (
+			recoveries, refusals int
+			retry                <-chan time.Time // set while refused
+		)
 		for written.Load() < total {
 			select {
 			case <-wake:
+			case <-retry:
 			case <-ctx.Done():
 				mu.Lock()
 				n := len(back)
 				mu.Unlock()
 				t.Fatalf("%d of %d records written, %d waiting for a recovery, %d recoveries: %v", written.Load(), total, n, recoveries, ctx.Err())
 			}
+			retry = nil
 			mu.Lock()
-			pending := slices.Clone(back)
-			mu.Unlock()
-			if len(pending) == 0 {
+			if len(back) == 0 {
+				mu.Unlock()
 				continue
 			}
+			f := back[0].f
+			var rs []*kgo.Record
+			for _, b := range back {
+				if b.f != f {
+					mu.Unlock()
+					t.Fatalf("records of two failures unrecovered at once (%v, then %v)", f, b.f)
+				}
+				rs = append(rs, b.r)
+			}
 			// Produce order per key is all that matters.
-			slices.SortFunc(pending, func(a, b *kgo.Record) int {
+			slices.SortFunc(rs, func(a, b *kgo.Record) int {
 				ga, sa := keyedOf(t, a)
 				gb, sb := keyedOf(t, b)
 				return cmp.Or(cmp.Compare(ga, gb), cmp.Compare(sa, sb))
 			})
 			paused.open()
-			err := recoverPartition(cl, topic, 0, len(pending), promise, pending...)
+			err := recoverPartition(cl, f, promise, rs...)
 			if err == nil {
+				back = nil
+			}
+			mu.Unlock()
+			switch {
+			case err == nil:
 				recoveries++
-				mu.Lock()
-				back = back[len(pending):]
-				mu.Unlock()
-				continue
+			case errors.Is(err, errRecoveryPending):
+				// A promise of the failure has not returned
+				// (it may wait for mu): try again shortly.
+				refusals++
+				retry = time.After(time.Millisecond)
+			default:
+				t.Fatalf("recovering with %d records: %v", len(rs), err)
 			}
-			// Refused: some promise of the failure has not run yet;
-			// its arrival wakes us.
-			missing, n, ok := refusedCounts(err)
-			if !ok || missing <= 0 || n != len(pending)+missing {
-				t.Fatalf("recovering with %d seen: %v, want a refusal saying how many of the failed or rejected records are not seen", len(pending), err)
-			}
-			refusals++
 		}
 		wg.Wait()
 
@@ -191,12 +206,11 @@ func TestRecoverWhileProducing(t *testing.T) {
 			t.Fatalf("%d failures, %d recoveries: the faults did not fail the partition", len(events), recoveries)
 		}
 		for range events {
-			err := <-hookErrs
-			if missing, n, ok := refusedCounts(err); !ok || missing != n || n == 0 {
-				t.Errorf("recovering from inside the hook: %v, want a refusal with every failed record not seen", err)
+			if err := <-hookErrs; !errors.Is(err, errRecoveryPending) {
+				t.Errorf("recovering from inside the hook: %v, want a refusal wrapping ErrRecoveryPending", err)
 			}
 		}
-		t.Logf("%d failures, %d recoveries, %d refused for missing promises, %d produce requests", len(events), recoveries, refusals, nreq.Load())
+		t.Logf("%d failures, %d recoveries, %d refused while promises were returning, %d produce requests", len(events), recoveries, refusals, nreq.Load())
 
 		// The log: every key exactly in produce order, each record once.
 		hwm := c.PartitionInfo(topic, 0).HighWatermark
@@ -256,77 +270,71 @@ func (g *gate) open() {
 	}
 }
 
-// partitionFailedLogger, when kgo logs that a partition failed, waits for
-// attempted (or hookGrace) before it returns.
-type partitionFailedLogger struct{ attempted <-chan struct{} }
-
-func (partitionFailedLogger) Level() kgo.LogLevel { return kgo.LogLevelWarn }
-func (l partitionFailedLogger) Log(_ kgo.LogLevel, msg string, _ ...any) {
-	if strings.HasPrefix(msg, "produce partition failed") {
-		select {
-		case <-l.attempted:
-		case <-time.After(hookGrace):
-		}
-	}
-}
-
-// TestRecoverFromPromiseNoHook: with no HookProducePartitionFailed, the
-// promise that brings back the last of a failed batch's records recovers
-// the partition with all of them, and is never refused, however its timing
-// relates to kgo logging the failure (the logger waits for the attempt, in
-// case kgo still had the partition busy while logging).
-func TestRecoverFromPromiseNoHook(t *testing.T) {
+// TestRecoverNoHook: with no HookProducePartitionFailed, an application
+// learns of a failure from its records' promises, each of which carries it.
+// A recovery from inside any of those promises, the last included, is
+// refused with ErrRecoveryPending (that promise has not returned); the
+// promise that brings back the last record hands the failure to another
+// goroutine, which recovers the partition with all of them.
+func TestRecoverNoHook(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1, topic)
-	attempted := make(chan struct{}, 1)
 	cl := newClient(t, c, append([]kgo.Opt{
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ManualFlushing(),
-		kgo.WithLogger(partitionFailedLogger{attempted}),
 	}, failStopOpts(nil)...)...)
 
 	next := 0
 	for round, n := range []int{1, 5, 20} {
 		faultProduce(kerr.InvalidRecord, 0)(c) // the next produce request
 		var (
-			mu   sync.Mutex
-			seen []*kgo.Record
+			mu    sync.Mutex
+			seen  int
+			first *failure
 		)
-		recovered := make(chan error, 1)
-		written := make(chan result, n)
+		failed := make(chan *failure, 1)
 		for _, r := range recs(topic, 0, next, next+n) {
 			cl.TryProduce(ctx, r, func(r *kgo.Record, err error) {
-				if !errors.Is(err, kerr.InvalidRecord) {
-					t.Errorf("round %d: seq %s got %v, want INVALID_RECORD", round, r.Value, err)
+				f := failureOf(err)
+				if !errors.Is(err, kerr.InvalidRecord) || f == nil {
+					t.Errorf("round %d: seq %s got %v, want INVALID_RECORD carrying a partition failure", round, r.Value, err)
+					return
+				}
+				if err := recoverPartition(cl, f, nil); !errors.Is(err, errRecoveryPending) {
+					t.Errorf("round %d: recovering from the promise of seq %s: %v, want a refusal wrapping ErrRecoveryPending", round, r.Value, err)
 				}
 				mu.Lock()
-				seen = append(seen, r)
-				all := len(seen) == n
-				mu.Unlock()
-				if all {
-					recovered <- recoverPartition(cl, topic, 0, n, func(r *kgo.Record, err error) { written <- result{r, err} }, recs(topic, 0, next, next+n)...)
-					attempted <- struct{}{}
+				defer mu.Unlock()
+				if first == nil {
+					first = f
+				} else if f != first {
+					t.Errorf("round %d: seq %s carries another failure (%v) than the first record (%v)", round, r.Value, f, first)
+				}
+				if seen++; seen == n {
+					failed <- f
 				}
 			})
 		}
 		if err := cl.Flush(ctx); err != nil {
 			t.Fatalf("round %d: Flush: %v", round, err)
 		}
+		var f *failure
 		select {
-		case err := <-recovered:
-			if err != nil {
-				t.Fatalf("round %d: recovering from the promise with all %d records seen: %v", round, n, err)
-			}
+		case f = <-failed:
 		case <-ctx.Done():
 			t.Fatalf("round %d: the promises did not run", round)
+		}
+		checkEvent(t, f, topic, 0, kerr.InvalidRecord)
+		written := make(chan result, n)
+		if err := recoverWhenReturned(ctx, t, cl, f, func(r *kgo.Record, err error) { written <- result{r, err} }, recs(topic, 0, next, next+n)...); err != nil {
+			t.Fatalf("round %d: recovering once the promises returned: %v", round, err)
+		}
+		if err := cl.Flush(ctx); err != nil {
+			t.Fatalf("round %d: Flush: %v", round, err)
 		}
 		for range n {
 			if r := <-written; r.err != nil {
 				t.Fatalf("round %d: recovered seq %s: %v", round, r.r.Value, r.err)
 			}
-		}
-		select { // a logger that did not wait
-		case <-attempted:
-		default:
 		}
 		next += n
 	}
@@ -357,7 +365,7 @@ func TestUnkeyedMaxBufferedFailsAlone(t *testing.T) {
 			}
 			buffered := try(keyedRec(0, seq), keyedRec(0, seq+1))
 			over := await(ctx, t, try(&kgo.Record{Topic: topic, Value: []byte("unkeyed")}))[0]
-			if !errors.Is(over.err, kgo.ErrMaxBuffered) || isPartitionFailed(over.err) {
+			if !errors.Is(over.err, kgo.ErrMaxBuffered) || failureOf(over.err) != nil {
 				t.Fatalf("unkeyed record over the limit got %v, want ErrMaxBuffered alone", over.err)
 			}
 			flushOK(buffered)
@@ -373,9 +381,10 @@ func TestUnkeyedMaxBufferedFailsAlone(t *testing.T) {
 // TestHookBeforePromises: the hook runs, and returns, before the failed
 // record's promise is called, whether the failure is on the client's
 // response goroutine (INVALID_RECORD) or on the producing goroutine (a
-// record too large for a batch); recovering from inside the hook is refused,
-// the failed record not being seen yet. Once its promise ran, recovering
-// with it writes it.
+// record too large for a batch); the promise's error carries the failure
+// the hook was passed; recovering from inside the hook is refused with
+// ErrRecoveryPending. Once the promise has returned, recovering with the
+// record writes it.
 func TestHookBeforePromises(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -408,17 +417,18 @@ func TestHookBeforePromises(t *testing.T) {
 				cl           *kgo.Client
 				hookReturned atomic.Bool
 				promiseRan   = make(chan struct{})
-				hookErr      = make(chan error, 1)
+				hookErr      = make(chan error, 2)
 			)
 			h := newFailHook()
-			h.onFail = func(ev failEvent) {
+			h.onFail = func(f *failure) {
 				clMu.Lock()
 				cl := cl
 				clMu.Unlock()
-				hookErr <- recoverPartition(cl, ev.topic, ev.partition, 0, nil)
+				hookErr <- recoverPartition(cl, f, nil)
 				select {
 				case <-promiseRan:
-				case <-time.After(hookGrace):
+					hookErr <- errors.New("the failed record's promise ran before OnProducePartitionFailed")
+				default:
 				}
 				hookReturned.Store(true)
 			}
@@ -438,8 +448,9 @@ func TestHookBeforePromises(t *testing.T) {
 			}
 			done := make(chan outcome, 1)
 			cl.Produce(ctx, bad, func(_ *kgo.Record, err error) {
-				done <- outcome{err, !hookReturned.Load()}
+				early := !hookReturned.Load()
 				close(promiseRan)
+				done <- outcome{err, early}
 			})
 			var o outcome
 			select {
@@ -447,61 +458,76 @@ func TestHookBeforePromises(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the failed record's promise was not called")
 			}
-			if !errors.Is(o.err, tc.cause) || isPartitionFailed(o.err) {
-				t.Fatalf("seq 1 failed with %v, want %v", o.err, tc.cause)
+			f := h.wait(ctx, t)
+			checkEvent(t, f, topic, 0, tc.cause)
+			if !errors.Is(o.err, tc.cause) || failureOf(o.err) != f || isRejected(o.err) {
+				t.Fatalf("seq 1 failed with %v, want %v carrying the hook's failure", o.err, tc.cause)
 			}
-			checkEvent(t, h.wait(ctx, t), topic, 0, tc.cause)
 			if o.early {
 				t.Errorf("the failed record's promise ran before OnProducePartitionFailed returned")
 			}
-			checkRefused(t, <-hookErr, 1, 1)
+			checkPending(t, <-hookErr)
+			select {
+			case err := <-hookErr:
+				t.Error(err)
+			default:
+			}
 
-			recoverOK(ctx, t, cl, topic, 0, 1, rec(topic, 0, 1))
+			recoverOK(ctx, t, cl, f, rec(topic, 0, 1))
 			checkLog(ctx, t, c, topic, 0, []int{0, 1})
 			checkHookOnce(t, h)
 		})
 	}
 }
 
-// TestPromisesInProduceOrder: with a hook registered, a record rejected
-// while the hook runs is promised after the failed records, produced before
-// it: a partition's promises run in produce order, so that an application
-// can keep its failed and rejected records in the order their promises ran.
+// TestPromisesInProduceOrder: the records a failure failed and those it
+// rejected are promised in produce order, including records produced while
+// the hook runs (here, by a goroutine the hook starts), so that an
+// application can keep its failed and rejected records in the order their
+// promises ran. Every one of them carries the failure.
 func TestPromisesInProduceOrder(t *testing.T) {
+	const n = 50
 	ctx := testCtx(t)
 	c := newCluster(t, 1, topic)
-	var cl *kgo.Client
-	entered, rejected := make(chan struct{}), make(chan struct{})
+	var (
+		clMu sync.Mutex
+		cl   *kgo.Client
+		got  = make(chan result, n)
+	)
+	promise := func(r *kgo.Record, err error) { got <- result{r, err} }
 	h := newFailHook()
-	h.onFail = func(failEvent) {
-		close(entered)
-		<-rejected
+	h.onFail = func(*failure) {
+		clMu.Lock()
+		cl := cl
+		clMu.Unlock()
+		go func() { // the hook must not produce: a goroutine does
+			for seq := 3; seq <= n; seq++ {
+				cl.Produce(ctx, rec(topic, 0, seq), promise)
+			}
+		}()
 	}
+	clMu.Lock()
 	cl = newClient(t, c, append([]kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0)}, failStopOpts(h)...)...)
+	clMu.Unlock()
 	produceOK(ctx, t, cl, rec(topic, 0, 0)) // metadata
 
 	faultProduce(kerr.InvalidRecord, 0)(c)
-	order := make(chan int, 3)
-	promise := func(r *kgo.Record, _ error) { order <- seqOf(t, r) }
 	cl.Produce(ctx, rec(topic, 0, 1), promise)
 	cl.Produce(ctx, rec(topic, 0, 2), promise)
-	select {
-	case <-entered:
-	case <-ctx.Done():
-		t.Fatal("the partition did not fail")
-	}
-	cl.Produce(ctx, rec(topic, 0, 3), promise) // rejected while the hook runs
-	close(rejected)
-	var got []int
-	for range 3 {
+	f := h.wait(ctx, t)
+	var order []int
+	for range n {
 		select {
-		case s := <-order:
-			got = append(got, s)
+		case r := <-got:
+			order = append(order, seqOf(t, r.r))
+			if failureOf(r.err) != f {
+				t.Errorf("seq %s: %v, want an error carrying the failure %v", r.r.Value, r.err, f)
+			}
 		case <-ctx.Done():
-			t.Fatalf("promises so far %v", got)
+			t.Fatalf("promises so far %v", order)
 		}
 	}
-	if !slices.Equal(got, []int{1, 2, 3}) {
-		t.Errorf("promises ran in the order %v, want [1 2 3]", got)
+	if !slices.Equal(order, seqRange(1, n+1)) {
+		t.Errorf("promises ran in the order %v, want 1 to %d", order, n)
 	}
 }

@@ -105,12 +105,12 @@ func TestInvariantPipelined(t *testing.T) {
 	}
 	doRelease()
 
-	orig := checkWave(t, await(ctx, t, waveCh), kerr.InvalidRecord)
-	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), orig, kerr.InvalidRecord)
+	f := checkWave(t, await(ctx, t, waveCh), kerr.InvalidRecord)
+	checkHooked(ctx, t, h, f, topic, 0, kerr.InvalidRecord)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 7, 10)...)), f, kerr.InvalidRecord)
 	checkLog(ctx, t, c, topic, 0, seqRange(0, 3))
 
-	recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 3, 10)
+	recoverAndReproduce(ctx, t, cl, c, h, f, 3, 10)
 }
 
 // TestCanceledContext: records sit buffered behind a produce request the
@@ -144,13 +144,13 @@ func TestCanceledContext(t *testing.T) {
 		if r := await(ctx, t, ch0)[0]; r.err != nil || r.r.Offset != 0 {
 			t.Fatalf("seq 0: offset %d, err %v; want offset 0", r.r.Offset, r.err)
 		}
-		orig := checkWave(t, await(ctx, t, waveCh), context.Canceled)
-		checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
+		f := checkWave(t, await(ctx, t, waveCh), context.Canceled)
+		checkHooked(ctx, t, h, f, topic, 0, context.Canceled)
 
-		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 4, 6)...)), orig, context.Canceled)
+		checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 4, 6)...)), f, context.Canceled)
 		checkLog(ctx, t, c, topic, 0, []int{0})
 
-		recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 1, 6)
+		recoverAndReproduce(ctx, t, cl, c, h, f, 1, 6)
 	})
 }
 
@@ -186,16 +186,16 @@ func TestBlockedProduceCanceled(t *testing.T) {
 	}
 	// ManualPartitioner and loaded metadata: the record's partition
 	// is known, so only it fails, not the topic.
-	checkEvent(t, h.wait(ctx, t), topic, 0, context.Canceled)
-	orig := checkWave(t, await(ctx, t, ch2), context.Canceled)
+	f := checkWave(t, await(ctx, t, ch2), context.Canceled)
+	checkHooked(ctx, t, h, f, topic, 0, context.Canceled)
 	doRelease()
 	if r := await(ctx, t, ch1)[0]; r.err != nil {
 		t.Fatalf("seq 1, buffered before the failure: %v", r.err)
 	}
 
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), orig, context.Canceled)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 5)...)), f, context.Canceled)
 	checkLog(ctx, t, c, topic, 0, []int{0, 1})
-	recoverAndReproduce(ctx, t, cl, c, h, topic, 0, 2, 5)
+	recoverAndReproduce(ctx, t, cl, c, h, f, 2, 5)
 }
 
 // TestMaxBufferedFailsTopic: TryProduce over MaxBufferedRecords (with
@@ -254,8 +254,8 @@ func testMaxBuffered(t *testing.T, warm bool) {
 	if warm {
 		failed = 0
 	}
-	checkEvent(t, h.wait(ctx, t), topic, failed, kgo.ErrMaxBuffered)
-	orig := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
+	f := checkWave(t, await(ctx, t, over), kgo.ErrMaxBuffered)
+	checkHooked(ctx, t, h, f, topic, failed, kgo.ErrMaxBuffered)
 	if !warm {
 		close(release)
 	}
@@ -274,15 +274,14 @@ func testMaxBuffered(t *testing.T, warm bool) {
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	checkRejected(t, await(ctx, t, after), orig, kgo.ErrMaxBuffered)
+	checkRejected(t, await(ctx, t, after), f, kgo.ErrMaxBuffered)
 	checkLog(ctx, t, c, topic, 0, written)
 
 	// The recovered records bypass MaxBufferedRecords; with ManualFlushing
 	// they wait for a Flush.
-	checkRefused(t, recoverPartition(cl, topic, failed, 2, nil), 1, 3)
 	redo := recs(topic, 0, failSeq, failSeq+3)
 	redone := make(chan result, len(redo))
-	if err := recoverPartition(cl, topic, failed, 3, func(r *kgo.Record, err error) { redone <- result{r, err} }, redo...); err != nil {
+	if err := recoverWhenReturned(ctx, t, cl, f, func(r *kgo.Record, err error) { redone <- result{r, err} }, redo...); err != nil {
 		t.Fatal(err)
 	}
 	chs := make([]chan result, len(redo))
@@ -321,9 +320,9 @@ func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
 		kgo.MetadataMinAge(10 * time.Millisecond),
 	}, opts...), failStopOpts(h)...)...)
 
-	orig := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 0, 3)...)), cause)
-	checkEvent(t, h.wait(ctx, t), u, -1, cause)
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 3, 5)...)), orig, cause)
+	f := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 0, 3)...)), cause)
+	checkHooked(ctx, t, h, f, u, -1, cause)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 3, 5)...)), f, cause)
 
 	req := kmsg.NewPtrCreateTopicsRequest()
 	rt := kmsg.NewCreateTopicsRequestTopic()
@@ -338,12 +337,12 @@ func testUnknownTopic(t *testing.T, opts []kgo.Opt, cause error) {
 	}
 
 	// The topic exists now, but stays failed until recovered.
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 5, 7)...)), orig, cause)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(u, 0, 5, 7)...)), f, cause)
 	if hwm := c.PartitionInfo(u, 0).HighWatermark; hwm != 0 {
 		t.Fatalf("%s/0 high watermark %d while failed, want 0", u, hwm)
 	}
 
-	recoverAndReproduce(ctx, t, cl, c, h, u, -1, 0, 7)
+	recoverAndReproduce(ctx, t, cl, c, h, f, 0, 7)
 }
 
 // TestTransaction: a partition fails inside a transaction; TryCommit is
@@ -364,20 +363,24 @@ func TestTransaction(t *testing.T) {
 	}
 	produceOK(ctx, t, cl, recs(topic, 0, 0, 3)...)
 	fix := faultProduce(kerr.InvalidRecord, -1)(c)
-	orig := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 6)...)), kerr.InvalidRecord)
-	checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+	f := checkWave(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 3, 6)...)), kerr.InvalidRecord)
+	checkHooked(ctx, t, h, f, topic, 0, kerr.InvalidRecord)
 	fix()
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)), orig, kerr.InvalidRecord)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 6, 8)...)), f, kerr.InvalidRecord)
 
 	err := cl.EndTransaction(ctx, kgo.TryCommit)
-	if !errors.Is(err, kgo.ErrProducePartitionFailed) || !errors.Is(err, kerr.InvalidRecord) {
-		t.Fatalf("EndTransaction(TryCommit) = %v, want an error wrapping ErrProducePartitionFailed and INVALID_RECORD", err)
+	if !errors.Is(err, kerr.TransactionAbortable) {
+		t.Fatalf("EndTransaction(TryCommit) = %v, want an error wrapping TRANSACTION_ABORTABLE", err)
 	}
-	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 8))), orig, kerr.InvalidRecord)
+	checkRejected(t, await(ctx, t, produceAsync(ctx, cl, rec(topic, 0, 8))), f, kerr.InvalidRecord)
 	if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 		t.Fatalf("EndTransaction(TryAbort): %v", err)
 	}
-	// The abort recovered the partition: the new transaction below writes.
+	// The abort recovered the partition: recovering it is refused (not
+	// failed), and the new transaction below writes.
+	if err := recoverWhenReturned(ctx, t, cl, f, nil); err == nil || failureOf(err) != nil {
+		t.Fatalf("recovering the failure after the abort: %v, want a refusal (not failed)", err)
+	}
 
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -535,8 +538,8 @@ func TestUnkeyedRoutedAround(t *testing.T) {
 					t.Fatalf("keyed record went to partition %d, want 0", w.r.Partition)
 				}
 			}
-			orig := checkWave(t, wave, kerr.InvalidRecord)
-			checkEvent(t, h.wait(ctx, t), topic, 0, kerr.InvalidRecord)
+			f := checkWave(t, wave, kerr.InvalidRecord)
+			checkHooked(ctx, t, h, f, topic, 0, kerr.InvalidRecord)
 			fix()
 
 			var unkeyed []*kgo.Record
@@ -551,10 +554,10 @@ func TestUnkeyedRoutedAround(t *testing.T) {
 				t.Fatalf("unkeyed records per partition %v: some went to failed partition 0", perPart)
 			}
 			t.Logf("unkeyed records per partition: %v", perPart)
-			checkRejected(t, await(ctx, t, produceAsync(ctx, cl, keyed(3, 5)...)), orig, kerr.InvalidRecord)
+			checkRejected(t, await(ctx, t, produceAsync(ctx, cl, keyed(3, 5)...)), f, kerr.InvalidRecord)
 			checkLog(ctx, t, c, topic, 0, nil)
 
-			recoverOK(ctx, t, cl, topic, 0, 5, keyed(0, 5)...)
+			recoverOK(ctx, t, cl, f, keyed(0, 5)...)
 			checkLog(ctx, t, c, topic, 0, seqRange(0, 5))
 		})
 	}
@@ -600,15 +603,25 @@ func TestNewClientRejectsUnsafe(t *testing.T) {
 	}
 }
 
-// recoverAndReproduce recovers tp's partition (-1: the topic) with the
-// records [from, to) of partition 0, every one of which failed or was
-// rejected (one short of that is refused), and checks that the log then holds
-// [0, to) and that the hook ran exactly once.
-func recoverAndReproduce(ctx context.Context, t *testing.T, cl *kgo.Client, c *kfake.Cluster, h *failHook, tp string, partition int32, from, to int) {
+// recoverAndReproduce recovers f's partition (or topic) with the records
+// [from, to) of partition 0, every one of which failed or was rejected, and
+// checks that the log then holds [0, to) and that the hook ran exactly once.
+func recoverAndReproduce(ctx context.Context, t *testing.T, cl *kgo.Client, c *kfake.Cluster, h *failHook, f *failure, from, to int) {
 	t.Helper()
-	recoverOK(ctx, t, cl, tp, partition, to-from, recs(tp, 0, from, to)...)
-	checkLog(ctx, t, c, tp, 0, seqRange(0, to))
+	recoverOK(ctx, t, cl, f, recs(f.Topic, 0, from, to)...)
+	checkLog(ctx, t, c, f.Topic, 0, seqRange(0, to))
 	checkHookOnce(t, h)
+}
+
+// checkHooked checks that the hook's next call was with f, a failure of
+// topic/partition wrapping cause (f is what the failed records carry, see
+// checkWave).
+func checkHooked(ctx context.Context, t *testing.T, h *failHook, f *failure, topic string, partition int32, cause error) {
+	t.Helper()
+	if ev := h.wait(ctx, t); ev != f {
+		t.Fatalf("the hook was called with %v, the failed records carry %v: want one failure", ev, f)
+	}
+	checkEvent(t, f, topic, partition, cause)
 }
 
 func checkHookOnce(t *testing.T, h *failHook) {

@@ -16,6 +16,14 @@ import (
 // failStopAvailable reports whether the fail-stop API is compiled in.
 const failStopAvailable = true
 
+// failure is a partition (or topic) failure: what the hook is passed, and
+// what every record it failed or rejected carries.
+type failure = kgo.ErrProducePartitionFailed
+
+// errRecoveryPending is what a recovery is refused with while a promise of
+// the failure's records has not returned.
+var errRecoveryPending = kgo.ErrRecoveryPending
+
 // failStopOpts enables FailPartitionOnProduceFailure and, unless h is nil,
 // registers h, which implements kgo.HookProducePartitionFailed.
 func failStopOpts(h any) []kgo.Opt {
@@ -25,14 +33,29 @@ func failStopOpts(h any) []kgo.Opt {
 	return []kgo.Opt{kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(h)}
 }
 
-// recoverPartition is kgo's RecoverProducePartition, un-failing the
-// partition (keepFailed false).
-func recoverPartition(cl *kgo.Client, topic string, partition int32, seen int, promise func(*kgo.Record, error), rs ...*kgo.Record) error {
-	return cl.RecoverProducePartition(topic, partition, seen, false, promise, rs...)
+// OnProducePartitionFailed implements kgo.HookProducePartitionFailed.
+func (h *failHook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) { h.failed(f) }
+
+var _ kgo.HookProducePartitionFailed = (*failHook)(nil)
+
+// recoverPartition is kgo's RecoverProducePartition: it un-fails f's
+// partition (or topic) and buffers rs at its front.
+func recoverPartition(cl *kgo.Client, f *failure, promise func(*kgo.Record, error), rs ...*kgo.Record) error {
+	return cl.RecoverProducePartition(f, promise, rs...)
 }
 
-// isPartitionFailed reports whether err is a rejection by a failed partition
-// or topic.
-func isPartitionFailed(err error) bool {
-	return errors.Is(err, kgo.ErrProducePartitionFailed)
+// failureOf returns the failure a promise's error carries, nil if none.
+func failureOf(err error) *failure {
+	var f *kgo.ErrProducePartitionFailed
+	if errors.As(err, &f) {
+		return f
+	}
+	return nil
+}
+
+// isRejected reports whether err rejected a record produced to a failed
+// partition or topic: it is the failure itself.
+func isRejected(err error) bool {
+	f := failureOf(err)
+	return f != nil && err == error(f)
 }

@@ -4,6 +4,7 @@ package failstop_test
 
 import (
 	"context"
+	"errors"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -15,14 +16,28 @@ import (
 
 const failStopAvailable = false
 
+// failure stands in for kgo.ErrProducePartitionFailed; the hook that would
+// pass one is never registered.
+type failure struct {
+	Topic     string
+	Partition int32
+	Err       error
+}
+
+func (*failure) Error() string { return "partition failed (never on pristine franz-go)" }
+
+var errRecoveryPending = errors.New("no recovery on pristine franz-go")
+
 func failStopOpts(any) []kgo.Opt { return nil }
 
 // recoverPartition can only produce the records again.
-func recoverPartition(cl *kgo.Client, _ string, _ int32, _ int, promise func(*kgo.Record, error), rs ...*kgo.Record) error {
+func recoverPartition(cl *kgo.Client, _ *failure, promise func(*kgo.Record, error), rs ...*kgo.Record) error {
 	for _, r := range rs {
 		cl.Produce(context.Background(), r, promise)
 	}
 	return nil
 }
 
-func isPartitionFailed(error) bool { return false }
+func failureOf(error) *failure { return nil }
+
+func isRejected(error) bool { return false }

@@ -5,6 +5,7 @@ package e2e_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -42,10 +43,9 @@ func failPartition0(c *kfake.Cluster, at *atomic.Int64) {
 
 // failEvent is one OnProducePartitionFailed call.
 type failEvent struct {
-	partition int32
-	err       error
-	at        int64 // when the hook was called, unix ns
-	readAt    int64 // when the last produce response was read, unix ns
+	f      *kgo.ErrProducePartitionFailed
+	at     int64 // when the hook was called, unix ns
+	readAt int64 // when the last produce response was read, unix ns
 }
 
 // benchHook is a kgo.HookProducePartitionFailed that timestamps each call
@@ -64,8 +64,9 @@ func (h *benchHook) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ ti
 	}
 }
 
-func (h *benchHook) OnProducePartitionFailed(_ string, partition int32, err error) {
-	ev := failEvent{partition: partition, err: err, at: time.Now().UnixNano(), readAt: h.lastProduceRead.Load()}
+// OnProducePartitionFailed must not block: it hands the failure over.
+func (h *benchHook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
+	ev := failEvent{f: f, at: time.Now().UnixNano(), readAt: h.lastProduceRead.Load()}
 	select {
 	case h.failed <- ev:
 	default:
@@ -76,8 +77,8 @@ func (h *benchHook) wait(b *testing.B) failEvent {
 	b.Helper()
 	select {
 	case ev := <-h.failed:
-		if ev.partition != 0 || !errors.Is(ev.err, kerr.InvalidRecord) {
-			b.Fatalf("OnProducePartitionFailed(%d, %v), want partition 0 failed with INVALID_RECORD", ev.partition, ev.err)
+		if ev.f.Partition != 0 || !errors.Is(ev.f.Err, kerr.InvalidRecord) {
+			b.Fatalf("OnProducePartitionFailed(%d, %v), want partition 0 failed with INVALID_RECORD", ev.f.Partition, ev.f.Err)
 		}
 		return ev
 	case <-time.After(10 * time.Second):
@@ -115,19 +116,29 @@ func produceWait(ctx context.Context, cl *kgo.Client, r *kgo.Record) (time.Time,
 	return d.at, d.err
 }
 
-// recoverWait recovers partition 0 with r, its one failed record, and waits
-// for r's promise, returning the time at which it was called and its error.
-func recoverWait(cl *kgo.Client, r *kgo.Record) (time.Time, error) {
+// recoverWait recovers f, partition 0's failure, with r, its one failed
+// record, and waits for r's promise. It returns when the accepted call
+// started (calls refused with ErrRecoveryPending, while r's promise was
+// returning, are made again at once and not timed), when r's promise was
+// called, and its error.
+func recoverWait(cl *kgo.Client, f *kgo.ErrProducePartitionFailed, r *kgo.Record) (start, at time.Time, err error) {
 	type done struct {
 		at  time.Time
 		err error
 	}
 	ch := make(chan done, 1)
-	if err := cl.RecoverProducePartition(topic, 0, 1, false, func(_ *kgo.Record, err error) { ch <- done{time.Now(), err} }, r); err != nil {
-		return time.Time{}, err
+	for deadline := time.Now().Add(10 * time.Second); ; runtime.Gosched() {
+		start = time.Now()
+		err = cl.RecoverProducePartition(f, func(_ *kgo.Record, err error) { ch <- done{time.Now(), err} }, r)
+		if !errors.Is(err, kgo.ErrRecoveryPending) || start.After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return start, time.Time{}, err
 	}
 	d := <-ch
-	return d.at, d.err
+	return start, d.at, d.err
 }
 
 // warmFailStop returns a cluster with 8 partitions and a client with the
@@ -145,9 +156,9 @@ func warmFailStop(ctx context.Context, b *testing.B) (*kfake.Cluster, *benchHook
 
 // BenchmarkRejected measures the rejection path while a partition is
 // failed, through a connected client: Produce of a record to the failed
-// partition, until its promise has been called with
-// ErrProducePartitionFailed. ns/op is per record, from the first Produce to
-// the last promise. (pkg/kgo's BenchmarkProduceRejected measures the same
+// partition, until its promise has been called with the partition's
+// failure (a *kgo.ErrProducePartitionFailed). ns/op is per record, from the
+// first Produce to the last promise. (pkg/kgo's BenchmarkProduceRejected measures the same
 // path inside kgo, with no broker.)
 func BenchmarkRejected(b *testing.B) {
 	ctx := context.Background()
@@ -158,12 +169,12 @@ func BenchmarkRejected(b *testing.B) {
 	if _, err := produceWait(ctx, cl, rec0()); !errors.Is(err, kerr.InvalidRecord) {
 		b.Fatalf("the failing produce finished with %v, want INVALID_RECORD", err)
 	}
-	h.wait(b)
+	f := h.wait(b).f
 
 	var n, bad atomic.Int64
 	done := make(chan struct{})
 	promise := func(_ *kgo.Record, err error) {
-		if !errors.Is(err, kgo.ErrProducePartitionFailed) {
+		if err != error(f) { // rejected: the failure itself
 			bad.Add(1)
 		}
 		if n.Add(1) == int64(b.N) {
@@ -178,7 +189,7 @@ func BenchmarkRejected(b *testing.B) {
 	<-done
 	b.StopTimer()
 	if bad.Load() > 0 {
-		b.Fatalf("%d of %d records to the failed partition were not rejected with ErrProducePartitionFailed", bad.Load(), b.N)
+		b.Fatalf("%d of %d records to the failed partition were not rejected with the partition's failure", bad.Load(), b.N)
 	}
 }
 
@@ -191,8 +202,10 @@ func BenchmarkRejected(b *testing.B) {
 //  2. makes kfake fail the next produce of the partition with
 //     INVALID_RECORD, produces one record, and waits for the
 //     OnProducePartitionFailed hook and the record's promise;
-//  3. calls RecoverProducePartition with the failed record (its promise
-//     was seen: seen 1), which buffers it again, and waits for its promise.
+//  3. calls RecoverProducePartition with the hook's failure and the failed
+//     record (again at once while refused with ErrRecoveryPending: its
+//     promise is returning), which buffers it again, and waits for its
+//     promise.
 //
 // Reported, as means over the iterations (sec/... in benchstat):
 //
@@ -208,8 +221,8 @@ func BenchmarkRejected(b *testing.B) {
 //     (the fault's When, on the cluster goroutine) to the hook call: the
 //     above plus kfake building and writing the response and the loopback
 //     hop.
-//   - ns/recover-to-written: from the call to RecoverProducePartition to
-//     the promise of the record it buffered (written, with no error). It
+//   - ns/recover-to-written: from the accepted call to RecoverProducePartition
+//     to the promise of the record it buffered (written, with no error). It
 //     includes a produce round trip; compare it with ns/produce-rtt, the
 //     same round trip on a healthy partition.
 //   - ns/op: the whole iteration (three produce round trips and the waits).
@@ -235,18 +248,19 @@ func BenchmarkRecovery(b *testing.B) {
 		faultAt.Store(0)
 		failPartition0(c, &faultAt)
 		failed := rec0()
-		if _, err := produceWait(ctx, cl, failed); !errors.Is(err, kerr.InvalidRecord) {
-			b.Fatalf("the failing produce finished with %v, want INVALID_RECORD", err)
-		}
+		_, ferr := produceWait(ctx, cl, failed)
 		ev := h.wait(b)
+		var fe *kgo.ErrProducePartitionFailed
+		if !errors.Is(ferr, kerr.InvalidRecord) || !errors.As(ferr, &fe) || fe != ev.f {
+			b.Fatalf("the failing produce finished with %v, want INVALID_RECORD carrying the hook's failure", ferr)
+		}
 		if ev.readAt == 0 || faultAt.Load() == 0 || ev.readAt < faultAt.Load() || ev.at < ev.readAt {
 			b.Fatalf("inconsistent timestamps: fault %d, response read %d, hook %d", faultAt.Load(), ev.readAt, ev.at)
 		}
 		readToHook = append(readToHook, time.Duration(ev.at-ev.readAt))
 		faultToHook += time.Duration(ev.at - faultAt.Load())
 
-		start = time.Now()
-		at, err = recoverWait(cl, failed)
+		start, at, err = recoverWait(cl, ev.f, failed)
 		if err != nil {
 			b.Fatalf("the recovered record: %v", err)
 		}
