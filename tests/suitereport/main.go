@@ -4,12 +4,23 @@
 // It prints the counts of top-level tests run, passed, failed and skipped,
 // and the elapsed time. It exits 1 if a test fails that is not in the
 // baseline, if a test never finishes (the binary timed out or panicked
-// while it ran: its last output is printed, where go test puts the panic),
-// or if a package fails without a failing test (a build error, say). A baseline entry that passes is reported, so that the
-// baseline can shrink, but does not fail the run.
+// while it ran: the panic is printed, where go test puts it), or if a
+// package fails without a failing test (a build error, say). A baseline
+// entry that passes is reported, so that the baseline can shrink, but does
+// not fail the run.
 //
-// The baseline file has one entry per line, "<suite> <TestName>", followed by
-// an optional "# reason"; blank lines and comment lines are ignored.
+// Every failure prints the last 60 lines of the test's output (its
+// subtests' included), and, with -logdir, the path of a file holding all of
+// it, written there.
+//
+// A test listed in the -flaky file (known to fail now and then on pristine
+// upstream too) that fails is reported like any failure, output included,
+// and written to the -rerun file; if every failure is such a test, the exit
+// status is 3: the caller runs those tests once more, alone, and that run
+// must pass (judged with -again). A flaky test is never skipped.
+//
+// Both files have one entry per line, "<suite> <TestName>", followed by an
+// optional "# reason"; blank lines and comment lines are ignored.
 package main
 
 import (
@@ -19,6 +30,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -37,12 +49,21 @@ func main() {
 	suite := flag.String("suite", "", "suite name, as used in the baseline file (e.g. kgo, kfake)")
 	baselinePath := flag.String("baseline", "", "baseline file of known failures")
 	runPattern := flag.String("run", "", "the go test -run pattern of the run (empty: every test), to say why a baseline entry did not run")
+	flakyPath := flag.String("flaky", "", "file of known flaky tests: a failure of one is run once more (exit status 3)")
+	rerunPath := flag.String("rerun", "", "with -flaky: where to write the names of the flaky tests that failed, one a line")
+	again := flag.Bool("again", false, "with -flaky: this run is the second run of the flaky tests that failed, which must pass")
+	logDir := flag.String("logdir", "", "directory to write each failing test's full output to (created if needed)")
 	flag.Parse()
-	if *suite == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: suitereport -suite NAME [-baseline FILE] [-run PATTERN] TEST.json")
+	if *suite == "" || flag.NArg() != 1 || (*flakyPath != "" && *rerunPath == "") {
+		fmt.Fprintln(os.Stderr, "usage: suitereport -suite NAME [-baseline FILE] [-flaky FILE -rerun FILE] [-logdir DIR] [-run PATTERN] TEST.json")
 		os.Exit(2)
 	}
 	baseline, err := readBaseline(*baselinePath, *suite)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "suitereport:", err)
+		os.Exit(2)
+	}
+	flaky, err := readBaseline(*flakyPath, *suite)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "suitereport:", err)
 		os.Exit(2)
@@ -53,14 +74,27 @@ func main() {
 		os.Exit(2)
 	}
 	defer f.Close()
-	r, err := judge(f, *suite, baseline, *runPattern)
+	r, err := judge(f, judgeConfig{suite: *suite, baseline: baseline, flaky: flaky, again: *again, runPattern: *runPattern, logDir: *logDir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "suitereport:", err)
 		os.Exit(2)
 	}
 	fmt.Print(r.text)
-	if !r.ok {
+	if *rerunPath != "" {
+		var b strings.Builder
+		for _, name := range r.rerun {
+			b.WriteString(name + "\n")
+		}
+		if err := os.WriteFile(*rerunPath, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "suitereport:", err)
+			os.Exit(2)
+		}
+	}
+	switch {
+	case !r.ok:
 		os.Exit(1)
+	case len(r.rerun) > 0:
+		os.Exit(3)
 	}
 }
 
@@ -89,28 +123,38 @@ func readBaseline(path, suite string) (map[string]string, error) {
 	return m, nil
 }
 
+// tailLines is how many of a failing test's last output lines the report
+// prints.
+const tailLines = 60
+
 type result struct {
-	ok   bool
-	text string
+	ok    bool
+	text  string
+	rerun []string // known flaky tests that failed: to run once more
 }
 
-func judge(r io.Reader, suite string, baseline map[string]string, runPattern string) (result, error) {
+type judgeConfig struct {
+	suite      string
+	baseline   map[string]string // known failures
+	flaky      map[string]string // known flaky tests
+	again      bool              // this run is the flaky tests' second run: they must pass
+	runPattern string
+	logDir     string // where to write failing tests' full output; "" for none
+}
+
+func judge(r io.Reader, cfg judgeConfig) (result, error) {
 	var (
+		suite     = cfg.suite
+		baseline  = cfg.baseline
 		status    = make(map[string]string) // top-level test => pass, fail, skip
 		subtests  int
 		pkgFailed = make(map[string]bool)
 		pkgTests  = make(map[string]int) // failing tests per package
 		pkgOutput = make(map[string][]string)
-		output    = make(map[string][]string) // top-level test => its last lines, subtests' included
+		output    = make(map[string][]string) // top-level test => its output, subtests' included
 		panics    = make(map[string][]string) // top-level test => its output from a "panic: " line on
 		elapsed   float64
 	)
-	tail := func(lines []string, l string) []string {
-		if len(lines) >= 40 {
-			lines = lines[1:]
-		}
-		return append(lines, l)
-	}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	for sc.Scan() {
@@ -129,10 +173,10 @@ func judge(r io.Reader, suite string, baseline map[string]string, runPattern str
 		case e.Test == "" && e.Action == "pass":
 			elapsed += e.Elapsed
 		case e.Test == "" && e.Action == "output":
-			pkgOutput[e.Package] = tail(pkgOutput[e.Package], e.Output)
+			pkgOutput[e.Package] = append(pkgOutput[e.Package], e.Output)
 		case e.Action == "output":
 			top, _, _ := strings.Cut(e.Test, "/")
-			output[top] = tail(output[top], e.Output)
+			output[top] = append(output[top], e.Output)
 			if panics[top] != nil || strings.HasPrefix(e.Output, "panic: ") {
 				panics[top] = append(panics[top], e.Output)
 			}
@@ -163,7 +207,7 @@ func judge(r io.Reader, suite string, baseline map[string]string, runPattern str
 	}
 
 	var passed, failed, skipped int
-	var newFails, fixed, knownFails, unfinished []string
+	var newFails, flakyFails, fixed, knownFails, unfinished []string
 	for name, st := range status {
 		switch st {
 		case "run":
@@ -180,50 +224,108 @@ func judge(r io.Reader, suite string, baseline map[string]string, runPattern str
 			failed++
 			if _, ok := baseline[name]; ok {
 				knownFails = append(knownFails, name)
+			} else if _, ok := cfg.flaky[name]; ok {
+				flakyFails = append(flakyFails, name)
 			} else {
 				newFails = append(newFails, name)
 			}
 		}
 	}
 	slices.Sort(newFails)
+	slices.Sort(flakyFails)
 	slices.Sort(fixed)
 	slices.Sort(knownFails)
 	slices.Sort(unfinished)
+	var failedPkgs []string
+	for pkg := range pkgFailed {
+		if pkgTests[pkg] == 0 {
+			failedPkgs = append(failedPkgs, pkg)
+		}
+	}
+	slices.Sort(failedPkgs)
+	ok := len(newFails) == 0 && len(unfinished) == 0 && len(failedPkgs) == 0 && len(status) > 0
+	if cfg.again && len(flakyFails) > 0 {
+		ok = false
+	}
 
 	var b strings.Builder
-	ok := true
+	var logs []string // the full logs written, for the closing line
+	// keep writes name's full output to the log directory and returns
+	// its path, or "" without a log directory.
+	keep := func(name string, lines []string) string {
+		if cfg.logDir == "" {
+			return ""
+		}
+		path := filepath.Join(cfg.logDir, suite+"-"+strings.NewReplacer("/", "_", string(filepath.Separator), "_").Replace(name)+".log")
+		err := os.MkdirAll(cfg.logDir, 0o755)
+		if err == nil {
+			err = os.WriteFile(path, []byte(strings.Join(lines, "")), 0o644)
+		}
+		if err != nil {
+			return fmt.Sprintf("(not written: %v)", err)
+		}
+		logs = append(logs, path)
+		return path
+	}
+	// logLine prints where a test's full output is.
+	logLine := func(path string) {
+		if path != "" {
+			fmt.Fprintf(&b, "    full log: %s\n", path)
+		}
+	}
+	// tail prints the last lines of a test's output, indented.
+	tail := func(lines []string) {
+		if len(lines) > tailLines {
+			fmt.Fprintf(&b, "    [... %d earlier lines]\n", len(lines)-tailLines)
+			lines = lines[len(lines)-tailLines:]
+		}
+		for _, l := range lines {
+			fmt.Fprintf(&b, "    %s", l)
+			if !strings.HasSuffix(l, "\n") {
+				b.WriteString("\n")
+			}
+		}
+	}
 	fmt.Fprintf(&b, "%s: run=%d passed=%d failed=%d skipped=%d subtests=%d time=%s\n",
 		suite, len(status), passed, failed, skipped, subtests,
 		(time.Duration(elapsed * float64(time.Second))).Round(time.Second))
 	for _, name := range knownFails {
 		fmt.Fprintf(&b, "%s: known baseline failure %s (%s)\n", suite, name, baseline[name])
+		logLine(keep(name, output[name]))
 	}
 	for _, name := range newFails {
-		ok = false
-		fmt.Fprintf(&b, "%s: FAIL %s is not in the baseline\n", suite, name)
+		fmt.Fprintf(&b, "%s: FAIL %s is not in the baseline; its last output:\n", suite, name)
+		tail(output[name])
+		logLine(keep(name, output[name]))
+	}
+	for _, name := range flakyFails {
+		then := "it runs once more, alone, and must pass then"
+		switch {
+		case cfg.again:
+			then = "it failed again, run alone"
+		case !ok:
+			then = "not run again: this run fails for the failures above"
+		}
+		fmt.Fprintf(&b, "%s: FAIL %s, a known flaky test (%s): %s; its last output:\n", suite, name, cfg.flaky[name], then)
+		tail(output[name])
+		logLine(keep(name, output[name]))
 	}
 	for _, name := range unfinished {
-		ok = false
 		if p := panics[name]; p != nil {
 			fmt.Fprintf(&b, "%s: FAIL %s did not finish: the test binary panicked while it ran; the panic, and the goroutines in test code:\n", suite, name)
 			for _, l := range testGoroutines(p, 200) {
 				fmt.Fprintf(&b, "    %s", l)
 			}
-			continue
+		} else {
+			fmt.Fprintf(&b, "%s: FAIL %s did not finish (the test binary died while it ran); its last output:\n", suite, name)
+			tail(output[name])
 		}
-		fmt.Fprintf(&b, "%s: FAIL %s did not finish (the test binary died while it ran); its last output:\n", suite, name)
-		for _, l := range output[name] {
-			fmt.Fprintf(&b, "    %s", l)
-		}
+		logLine(keep(name, output[name]))
 	}
-	for pkg := range pkgFailed {
-		if pkgTests[pkg] == 0 {
-			ok = false
-			fmt.Fprintf(&b, "%s: FAIL package %s failed without a failing test (build error, panic or timeout); last output:\n", suite, pkg)
-			for _, l := range pkgOutput[pkg] {
-				fmt.Fprintf(&b, "    %s", l)
-			}
-		}
+	for _, pkg := range failedPkgs {
+		fmt.Fprintf(&b, "%s: FAIL package %s failed without a failing test (build error, panic or timeout); its last output:\n", suite, pkg)
+		tail(pkgOutput[pkg])
+		logLine(keep("package-"+pkg, pkgOutput[pkg]))
 	}
 	for _, name := range fixed {
 		fmt.Fprintf(&b, "%s: NOTE baseline entry %s now passes; remove it from the baseline\n", suite, name)
@@ -236,13 +338,19 @@ func judge(r io.Reader, suite string, baseline map[string]string, runPattern str
 	}
 	slices.Sort(notRun)
 	for _, name := range notRun {
-		fmt.Fprintf(&b, "%s: NOTE baseline entry %s did not run: %s\n", suite, name, whyNotRun(name, runPattern))
+		fmt.Fprintf(&b, "%s: NOTE baseline entry %s did not run: %s\n", suite, name, whyNotRun(name, cfg.runPattern))
 	}
 	if len(status) == 0 {
-		ok = false
 		fmt.Fprintf(&b, "%s: FAIL no tests ran\n", suite)
 	}
-	return result{ok: ok, text: b.String()}, nil
+	if len(logs) > 0 {
+		fmt.Fprintf(&b, "%s: full output of the %d failing test(s) kept in %s\n", suite, len(logs), cfg.logDir)
+	}
+	var rerun []string
+	if ok {
+		rerun = flakyFails
+	}
+	return result{ok: ok, text: b.String(), rerun: rerun}, nil
 }
 
 // testGoroutines returns, from the output of a panic (a timeout's among

@@ -2,6 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -21,13 +25,25 @@ func out(test string, lines ...string) string {
 	return b.String()
 }
 
+// lines returns n output lines "prefix i".
+func lines(prefix string, n int) []string {
+	var ls []string
+	for i := range n {
+		ls = append(ls, fmt.Sprintf("%s %d\n", prefix, i))
+	}
+	return ls
+}
+
 func TestJudge(t *testing.T) {
 	for _, test := range []struct {
 		name     string
 		input    string
 		baseline map[string]string
+		flaky    map[string]string
+		again    bool
 		run      string
 		ok       bool
+		rerun    []string
 		contains []string
 		excludes []string
 	}{
@@ -90,6 +106,36 @@ func TestJudge(t *testing.T) {
 			excludes: []string{"startAlarm"},
 		},
 		{
+			name:     "a failing test prints its last 60 lines",
+			input:    ev("run", "TestA") + out("TestA", lines("a", 70)...) + out("TestA/sub", "sub says why\n") + ev("fail", "TestA/sub") + ev("fail", "TestA") + `{"Action":"fail","Package":"p"}` + "\n",
+			ok:       false,
+			contains: []string{"FAIL TestA is not in the baseline; its last output:\n    [... 11 earlier lines]\n    a 11\n", "    a 69\n    sub says why\n"},
+			excludes: []string{"a 10\n"},
+		},
+		{
+			name:     "a known flaky test that fails is run again",
+			input:    ev("fail", "TestA") + out("TestA", "timing\n") + ev("pass", "TestB") + `{"Action":"fail","Package":"p"}` + "\n",
+			flaky:    map[string]string{"TestA": "200 ms timeout"},
+			ok:       true,
+			rerun:    []string{"TestA"},
+			contains: []string{"FAIL TestA, a known flaky test (200 ms timeout): it runs once more, alone, and must pass then; its last output:\n    timing\n"},
+		},
+		{
+			name:     "a known flaky test is not run again beside another failure",
+			input:    ev("fail", "TestA") + ev("fail", "TestC") + `{"Action":"fail","Package":"p"}` + "\n",
+			flaky:    map[string]string{"TestA": "200 ms timeout"},
+			ok:       false,
+			contains: []string{"FAIL TestC is not in the baseline", "FAIL TestA, a known flaky test (200 ms timeout): not run again"},
+		},
+		{
+			name:     "a known flaky test that fails on its second run fails",
+			input:    ev("fail", "TestA") + `{"Action":"fail","Package":"p"}` + "\n",
+			flaky:    map[string]string{"TestA": "200 ms timeout"},
+			again:    true,
+			ok:       false,
+			contains: []string{"FAIL TestA, a known flaky test (200 ms timeout): it failed again, run alone"},
+		},
+		{
 			name:     "nothing ran",
 			input:    "",
 			ok:       false,
@@ -101,12 +147,15 @@ func TestJudge(t *testing.T) {
 			if baseline == nil {
 				baseline = map[string]string{}
 			}
-			r, err := judge(strings.NewReader(test.input), "s", baseline, test.run)
+			r, err := judge(strings.NewReader(test.input), judgeConfig{suite: "s", baseline: baseline, flaky: test.flaky, again: test.again, runPattern: test.run})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if r.ok != test.ok {
 				t.Errorf("ok? %v, exp ok? %v; report:\n%s", r.ok, test.ok, r.text)
+			}
+			if !slices.Equal(r.rerun, test.rerun) {
+				t.Errorf("rerun %v, exp %v", r.rerun, test.rerun)
 			}
 			for _, c := range test.contains {
 				if !strings.Contains(r.text, c) {
@@ -119,5 +168,32 @@ func TestJudge(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestJudgeKeepsLogs: with a log directory, each failing test's whole output
+// is written there, and the report names the file.
+func TestJudgeKeepsLogs(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	input := ev("run", "TestA") + out("TestA", lines("a", 100)...) + ev("fail", "TestA") + ev("pass", "TestB") + `{"Action":"fail","Package":"p"}` + "\n"
+	r, err := judge(strings.NewReader(input), judgeConfig{suite: "s", logDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "s-TestA.log")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v; report:\n%s", err, r.text)
+	}
+	if exp := strings.Join(lines("a", 100), ""); string(b) != exp {
+		t.Errorf("log holds %q, exp %q", b, exp)
+	}
+	for _, c := range []string{"    full log: " + path + "\n", "s: full output of the 1 failing test(s) kept in " + dir} {
+		if !strings.Contains(r.text, c) {
+			t.Errorf("report does not contain %q:\n%s", c, r.text)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "s-TestB.log")); err == nil {
+		t.Error("a passing test's log was written")
 	}
 }
