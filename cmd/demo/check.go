@@ -14,6 +14,7 @@ type result struct {
 	mode                string
 	produced            int
 	failed              int    // records kgo failed at least once
+	failedRejectedOnly  int    // of which every failure was a rejection by a failed partition
 	writtenAfterFailure int    // see the footnote printed under the table
 	outOfOrderKeys      int    // keys whose sequence goes backwards in the log
 	outOfOrderSample    string // one instance, for the note under the table
@@ -131,6 +132,9 @@ func evaluate(w *workload, recs []recState, logs [][]*kgo.Record, dlq []*kgo.Rec
 	for id, rs := range recs {
 		if rs.kgoFailures > 0 {
 			res.failed++
+			if rs.rejected == rs.kgoFailures {
+				res.failedRejectedOnly++
+			}
 		}
 		switch {
 		case offset[id] >= 0:

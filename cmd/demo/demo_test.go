@@ -43,11 +43,17 @@ func TestDemo(t *testing.T) {
 		if r.failed == 0 {
 			t.Errorf("%s: no record failed: the faults were not injected", name)
 		}
+		if r.failedRejectedOnly > r.failed {
+			t.Errorf("%s: %d records only rejected, of %d failed", name, r.failedRejectedOnly, r.failed)
+		}
 	}
 
 	up := rows["upstream-style"]
 	if up.outOfOrderKeys == 0 {
 		t.Errorf("upstream-style: no out-of-order key: the baseline must show the reordering the other modes prevent")
+	}
+	if up.failedRejectedOnly != 0 {
+		t.Errorf("upstream-style: %d records rejected by a failed partition, with the option off", up.failedRejectedOnly)
 	}
 	if up.writtenAfterFailure == 0 {
 		t.Errorf("upstream-style: no record written after a failure")
@@ -64,6 +70,9 @@ func TestDemo(t *testing.T) {
 	}
 	if fs := rows["fail-stop + manual"]; fs.givenUp != len(cfg.poison) {
 		t.Errorf("fail-stop + manual: %d given up, want the %d poison records", fs.givenUp, len(cfg.poison))
+	}
+	if !strings.Contains(table.String(), "Counts vary from run to run") {
+		t.Errorf("the table does not say that its counts vary:\n%s", table.String())
 	}
 	if !strings.Contains(table.String(), "out-of-order keys") {
 		t.Errorf("the table has no out-of-order column:\n%s", table.String())

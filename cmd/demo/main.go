@@ -263,6 +263,24 @@ func printTable(w io.Writer, cfg config, results []result) {
 		b.WriteString("\n")
 	}
 
+	var split []string
+	for _, r := range results {
+		split = append(split, fmt.Sprintf("%s %d", r.mode, r.failedRejectedOnly))
+	}
+	fmt.Fprintf(&b, `
+Counts vary from run to run: the poison and outage records are the same in
+every run, but which records share a batch with them, and how long a failed
+partition takes to recover, depend on timing (and the machine's load).
+"failed" counts each record once, however often it failed. Of those, the ones
+only ever rejected by a failed partition, never in a failed batch:
+%s.
+korder's "failed" is larger because of these: korder hands the records
+produced to a recovering partition to kgo, which rejects them until the
+recovery is done, then produces them again, in order. The manual mode holds
+them itself once it knows of the failure, so kgo rejects only those produced
+before that.
+`, strings.Join(split, ", "))
+
 	b.WriteString("\nModes:\n")
 	for _, r := range results {
 		for i, l := range modeLegend(cfg, r.mode) {

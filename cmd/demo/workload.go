@@ -213,6 +213,7 @@ const (
 type recState struct {
 	kgoFailures int       // times kgo failed it (a failed batch, or a rejection by a failed partition)
 	invalid     int       // of which with INVALID_RECORD
+	rejected    int       // of which rejections by a failed partition (kgo.ErrProducePartitionFailed)
 	acked       bool      // kgo reported it written at least once
 	ackAt       time.Time // first time kgo reported it written
 	final       outcome
@@ -262,6 +263,9 @@ func (t *tracker) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		rs.kgoFailures++
 		if errors.Is(err, kerr.InvalidRecord) {
 			rs.invalid++
+		}
+		if errors.Is(err, kgo.ErrProducePartitionFailed) {
+			rs.rejected++
 		}
 		t.kgoFailures.Add(1)
 	} else if !rs.acked {
