@@ -124,8 +124,31 @@ func readBaseline(path, suite string) (map[string]string, error) {
 }
 
 // tailLines is how many of a failing test's last output lines the report
-// prints.
-const tailLines = 60
+// prints; maxMessages, how many of its messages (see messages) at most.
+const (
+	tailLines   = 60
+	maxMessages = 20
+)
+
+// messageLine is a line that testing prints for t.Log, t.Error or t.Fatal
+// in a test file ("    file_test.go:12: ..."), or for a panic's location.
+var messageLine = regexp.MustCompile(`^\s+[\w.-]+\.go:\d+: `)
+
+// messages returns a test's messages from its output: its t.Log, t.Error
+// and t.Fatal lines, at most max of them, the last ones (a test stops at
+// its first t.Fatal), after a line saying how many earlier ones there are.
+func messages(lines []string, max int) []string {
+	var out []string
+	for _, l := range lines {
+		if messageLine.MatchString(l) {
+			out = append(out, strings.TrimLeft(l, " \t"))
+		}
+	}
+	if len(out) > max {
+		out = append([]string{fmt.Sprintf("[... %d earlier]\n", len(out)-max)}, out[len(out)-max:]...)
+	}
+	return out
+}
 
 type result struct {
 	ok    bool
@@ -273,18 +296,29 @@ func judge(r io.Reader, cfg judgeConfig) (result, error) {
 			fmt.Fprintf(&b, "    full log: %s\n", path)
 		}
 	}
-	// tail prints the last lines of a test's output, indented.
-	tail := func(lines []string) {
-		if len(lines) > tailLines {
-			fmt.Fprintf(&b, "    [... %d earlier lines]\n", len(lines)-tailLines)
-			lines = lines[len(lines)-tailLines:]
-		}
+	// indent prints lines indented by 8 spaces.
+	indent := func(lines []string) {
 		for _, l := range lines {
-			fmt.Fprintf(&b, "    %s", l)
+			fmt.Fprintf(&b, "        %s", l)
 			if !strings.HasSuffix(l, "\n") {
 				b.WriteString("\n")
 			}
 		}
+	}
+	// show prints a failing test's own messages (its t.Error and t.Fatal
+	// lines, which its log lines can bury), then its last lines.
+	show := func(lines []string) {
+		if msgs := messages(lines, maxMessages); len(msgs) > 0 {
+			b.WriteString("    its messages (file:line):\n")
+			indent(msgs)
+		}
+		if len(lines) > tailLines {
+			fmt.Fprintf(&b, "    its last %d lines of output (of %d):\n", tailLines, len(lines))
+			lines = lines[len(lines)-tailLines:]
+		} else {
+			b.WriteString("    its output:\n")
+		}
+		indent(lines)
 	}
 	fmt.Fprintf(&b, "%s: run=%d passed=%d failed=%d skipped=%d subtests=%d time=%s\n",
 		suite, len(status), passed, failed, skipped, subtests,
@@ -294,8 +328,8 @@ func judge(r io.Reader, cfg judgeConfig) (result, error) {
 		logLine(keep(name, output[name]))
 	}
 	for _, name := range newFails {
-		fmt.Fprintf(&b, "%s: FAIL %s is not in the baseline; its last output:\n", suite, name)
-		tail(output[name])
+		fmt.Fprintf(&b, "%s: FAIL %s is not in the baseline\n", suite, name)
+		show(output[name])
 		logLine(keep(name, output[name]))
 	}
 	for _, name := range flakyFails {
@@ -306,8 +340,8 @@ func judge(r io.Reader, cfg judgeConfig) (result, error) {
 		case !ok:
 			then = "not run again: this run fails for the failures above"
 		}
-		fmt.Fprintf(&b, "%s: FAIL %s, a known flaky test (%s): %s; its last output:\n", suite, name, cfg.flaky[name], then)
-		tail(output[name])
+		fmt.Fprintf(&b, "%s: FAIL %s, a known flaky test (%s): %s\n", suite, name, cfg.flaky[name], then)
+		show(output[name])
 		logLine(keep(name, output[name]))
 	}
 	for _, name := range unfinished {
@@ -317,14 +351,14 @@ func judge(r io.Reader, cfg judgeConfig) (result, error) {
 				fmt.Fprintf(&b, "    %s", l)
 			}
 		} else {
-			fmt.Fprintf(&b, "%s: FAIL %s did not finish (the test binary died while it ran); its last output:\n", suite, name)
-			tail(output[name])
+			fmt.Fprintf(&b, "%s: FAIL %s did not finish (the test binary died while it ran)\n", suite, name)
+			show(output[name])
 		}
 		logLine(keep(name, output[name]))
 	}
 	for _, pkg := range failedPkgs {
-		fmt.Fprintf(&b, "%s: FAIL package %s failed without a failing test (build error, panic or timeout); its last output:\n", suite, pkg)
-		tail(pkgOutput[pkg])
+		fmt.Fprintf(&b, "%s: FAIL package %s failed without a failing test (build error, panic or timeout)\n", suite, pkg)
+		show(pkgOutput[pkg])
 		logLine(keep("package-"+pkg, pkgOutput[pkg]))
 	}
 	for _, name := range fixed {

@@ -109,8 +109,15 @@ func TestJudge(t *testing.T) {
 			name:     "a failing test prints its last 60 lines",
 			input:    ev("run", "TestA") + out("TestA", lines("a", 70)...) + out("TestA/sub", "sub says why\n") + ev("fail", "TestA/sub") + ev("fail", "TestA") + `{"Action":"fail","Package":"p"}` + "\n",
 			ok:       false,
-			contains: []string{"FAIL TestA is not in the baseline; its last output:\n    [... 11 earlier lines]\n    a 11\n", "    a 69\n    sub says why\n"},
+			contains: []string{"FAIL TestA is not in the baseline\n    its last 60 lines of output (of 71):\n        a 11\n", "        a 69\n        sub says why\n"},
 			excludes: []string{"a 10\n"},
+		},
+		{
+			name: "a failing test's messages are printed even when its log buries them",
+			input: ev("run", "TestA") + out("TestA", "    a_test.go:12: first\n") + out("TestA", lines("log", 70)...) +
+				out("TestA", "    a_test.go:30: the failure\n") + out("TestA", lines("late log", 5)...) + ev("fail", "TestA") + `{"Action":"fail","Package":"p"}` + "\n",
+			ok:       false,
+			contains: []string{"FAIL TestA is not in the baseline\n    its messages (file:line):\n        a_test.go:12: first\n        a_test.go:30: the failure\n    its last 60 lines"},
 		},
 		{
 			name:     "a known flaky test that fails is run again",
@@ -118,7 +125,7 @@ func TestJudge(t *testing.T) {
 			flaky:    map[string]string{"TestA": "200 ms timeout"},
 			ok:       true,
 			rerun:    []string{"TestA"},
-			contains: []string{"FAIL TestA, a known flaky test (200 ms timeout): it runs once more, alone, and must pass then; its last output:\n    timing\n"},
+			contains: []string{"FAIL TestA, a known flaky test (200 ms timeout): it runs once more, alone, and must pass then\n    its output:\n        timing\n"},
 		},
 		{
 			name:     "a known flaky test is not run again beside another failure",
@@ -195,5 +202,16 @@ func TestJudgeKeepsLogs(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "s-TestB.log")); err == nil {
 		t.Error("a passing test's log was written")
+	}
+}
+
+func TestMessages(t *testing.T) {
+	var in []string
+	for i := range 25 {
+		in = append(in, fmt.Sprintf("    x_test.go:%d: m\n", i), "    [INFO] a log line\n")
+	}
+	got := messages(in, 20)
+	if len(got) != 21 || got[0] != "[... 5 earlier]\n" || got[1] != "x_test.go:5: m\n" || got[20] != "x_test.go:24: m\n" {
+		t.Errorf("messages: %q", got)
 	}
 }
