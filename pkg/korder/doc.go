@@ -75,6 +75,36 @@
 // ReleaseQuarantine take only the Producer's locks and call nothing in kgo:
 // they may be called from an application's hook.
 //
+// # Topics that do not exist
+//
+// A record produced to a topic that does not exist (on a cluster that does
+// not create topics automatically) is not written: with the default
+// options, its promise gets an error wrapping ErrStopped and
+// UNKNOWN_TOPIC_OR_PARTITION about a minute after Produce (61.8 s, against
+// kfake). kgo fails the whole topic (partition -1) once five metadata
+// answers in a row say the topic is unknown (kgo.UnknownTopicRetries,
+// default 4): about 1 s the first time, its metadata requests 250 ms apart.
+// The default policies retry three times; each attempt waits for kgo to give
+// up again, and kgo now asks at most once per kgo.MetadataMinAge (default
+// 5 s), so an attempt takes 10 to 25 s. Stop then stops the topic: every
+// record produced to it afterwards fails at once with ErrStopped, until
+// Resume. A topic created meanwhile is used: created 1.5 s after the
+// Produce, the record is written after 1.5 s.
+//
+// To settle sooner with the same outcomes, give kgo
+// kgo.UnknownTopicRetries(0) (kgo fails an attempt at the first unknown-topic
+// answer, so the policies alone decide how long to wait) and
+// kgo.MetadataMinAge(250*time.Millisecond) (kgo asks again sooner), and let
+// the policies wait for the topic: with WithPolicies(Retry(3, time.Second),
+// Stop()), the record gets ErrStopped after 3.0 s, and a topic created 1.5 s
+// after the Produce gets it after 2.0 s. kgo.UnknownTopicRetries(0) with the
+// default Retry(3, 100*time.Millisecond) stops the topic after 0.8 s, too
+// soon for a topic being created. kgo.UnknownTopicRetries also counts produce
+// answers UNKNOWN_TOPIC_OR_PARTITION, which brokers can give for a moment
+// after a topic is created or while a partition moves: with 0, the policies
+// handle those too. A lower MetadataMinAge means more metadata requests
+// while something is missing.
+//
 // # Contexts
 //
 // A record whose own context (the one given to Produce, or its Context) is
