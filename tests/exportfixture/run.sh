@@ -2,8 +2,9 @@
 # run.sh: `make test-export`. Proves that a module can depend on the patched
 # franz-go and on korder through `make export` alone: exports into a
 # temporary directory, copies this fixture module beside the export, checks
-# that nothing there names this checkout, then vets and tests the fixture
-# with GOWORK=off (so neither go.work nor this repository is in play).
+# that nothing there names this checkout and that README.md shows the go.mod
+# lines the export's README gives, then vets and tests the fixture with
+# GOWORK=off (so neither go.work nor this repository is in play).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 work=$(mktemp -d)
@@ -22,6 +23,15 @@ if grep -r -l -F "$root" "$work" >/dev/null; then
 	grep -r -l -F "$root" "$work" >&2
 	exit 1
 fi
+# README.md shows the go.mod lines that the export's README gives: the
+# require block and the replace block.
+gomod_lines() { awk '/^require \(/ { p = 1 } p { print } p && /^\)$/ { if (++n == 2) exit }' "$1"; }
+if [ "$(gomod_lines "$root/README.md")" != "$(gomod_lines "$work/export/README.md")" ]; then
+	echo "test-export: FAIL: the go.mod lines in README.md are not those of the export's README (upstream/export.sh); diff README.md export:" >&2
+	diff <(gomod_lines "$root/README.md") <(gomod_lines "$work/export/README.md") >&2 || true
+	exit 1
+fi
+echo "test-export: README.md shows the export's go.mod lines"
 echo "test-export: make export into a temporary directory; tests/exportfixture built and tested from it alone (GOWORK=off)"
 export GOWORK=off GOFLAGS=-mod=mod
 go vet ./...
