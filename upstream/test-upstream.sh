@@ -13,9 +13,9 @@
 #
 # Failures are judged against upstream/baseline-failures.txt: a failure not in
 # it fails this script; a baseline entry that passes is reported. Every
-# failing test prints its last 60 lines of output and the path of its full
-# log, kept under dist/test-logs/ (TEST_LOGS) with the suite's go test -json
-# output. A test listed in upstream/flaky-tests.txt (it fails now and then on
+# failing test prints its messages (file:line), its last 60 lines of output
+# and the path of its full log, kept under dist/test-logs/ (TEST_LOGS) with
+# the suite's go test -json output. A test listed in upstream/flaky-tests.txt (it fails now and then on
 # pristine upstream too, with the evidence there) that fails is reported the
 # same way and run once more, alone; that run must pass. A kgo run in which a
 # test never finished (the suite hit TEST_TIMEOUT: a rare hang, seen once) is
