@@ -213,7 +213,7 @@ const (
 type recState struct {
 	kgoFailures int       // times kgo failed it (a failed batch, or a rejection by a failed partition)
 	invalid     int       // of which with INVALID_RECORD
-	rejected    int       // of which rejections by a failed partition (kgo.ErrProducePartitionFailed)
+	rejected    int       // of which rejections by a failed partition (the failure itself)
 	acked       bool      // kgo reported it written at least once
 	ackAt       time.Time // first time kgo reported it written
 	final       outcome
@@ -264,7 +264,8 @@ func (t *tracker) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
 		if errors.Is(err, kerr.InvalidRecord) {
 			rs.invalid++
 		}
-		if errors.Is(err, kgo.ErrProducePartitionFailed) {
+		var f *kgo.ErrProducePartitionFailed
+		if errors.As(err, &f) && err == error(f) {
 			rs.rejected++
 		}
 		t.kgoFailures.Add(1)
