@@ -274,11 +274,10 @@ partition takes to recover, depend on timing (and the machine's load).
 "failed" counts each record once, however often it failed. Of those, the ones
 only ever rejected by a failed partition, never in a failed batch:
 %s.
-korder's "failed" is larger because of these: korder hands the records
-produced to a recovering partition to kgo, which rejects them until the
-recovery is done, then produces them again, in order. The manual mode holds
-them itself once it knows of the failure, so kgo rejects only those produced
-before that.
+The two modes with the option count more failed records than upstream-style
+because of these: a record produced to a partition while it is failed is
+rejected by kgo, then produced again, in order, once the partition is
+recovered. How many depends on how long each recovery takes, in either mode.
 `, strings.Join(split, ", "))
 
 	b.WriteString("\nModes:\n")
