@@ -1,8 +1,10 @@
 package korder
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -44,25 +46,17 @@ func newDeadLetters(policies []Policy) *deadLetters {
 	return d
 }
 
-// copyFor returns the dead-letter copy of pd's record.
-func copyFor(topic string, pd *pending) *kgo.Record {
+// divert produces a dead-letter copy of pd's record, diverted for cause, and
+// calls done with the outcome, from kgo's promise.
+func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(error)) {
 	r := pd.r
-	cause := "quarantined"
-	if pd.err != nil {
-		cause = pd.err.Error()
-	}
 	hs := append(slices.Clip(r.Headers),
-		kgo.RecordHeader{Key: HeaderCause, Value: []byte(cause)},
+		kgo.RecordHeader{Key: HeaderCause, Value: []byte(cause.Error())},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 	)
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
-}
-
-// divert produces a dead-letter copy of pd's record and calls done with the
-// outcome, from kgo's promise.
-func (d *deadLetters) divert(topic string, pd *pending, done func(error)) {
-	d.cl.Produce(context.Background(), copyFor(topic, pd), func(r *kgo.Record, err error) {
+	c := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
+	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
 		if err != nil {
 			d.failed(err)
 		}
@@ -113,17 +107,93 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 	}
 }
 
-// quarantine is a topic's quarantined keys, each with the error that
-// diverted its first record. Guarded by the topic's lock.
-type quarantine map[string]error
+// quarantined is a quarantined key of a topic.
+type quarantined struct {
+	dlTopic string
+	seq     uint64 // the record that quarantined the key: the records after it follow it
+	cause   error  // its cause; nil while its copy is written (the key's room is reserved)
+	stopped error  // a later record's copy failed: the key's records fail with it
+}
+
+// quarantine is a topic's quarantined keys. Guarded by the topic's amu.
+type quarantine map[string]*quarantined
 
 var errQuarantineFull = errors.New("korder: quarantine full")
 
 func (q quarantine) keys() [][]byte {
 	var ks [][]byte
-	for k := range q {
-		ks = append(ks, []byte(k))
+	for k, e := range q {
+		if e.cause != nil {
+			ks = append(ks, []byte(k))
+		}
 	}
-	slices.SortFunc(ks, func(a, b []byte) int { return slices.Compare(a, b) })
+	slices.SortFunc(ks, bytes.Compare)
 	return ks
+}
+
+// quarantinedLocked returns the quarantine that a record with key, numbered
+// seq, falls under, if any. Under amu.
+func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
+	if e := t.quarantine[string(key)]; key != nil && e != nil && e.cause != nil && seq > e.seq {
+		return *e, true
+	}
+	return quarantined{}, false
+}
+
+// reserve reserves room to quarantine key for the record numbered seq, before
+// its copy is written (the partition's deadLetter ends it): false if the
+// quarantine is full. The reservation made, if any, is returned.
+func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	if t.quarantine[string(key)] != nil {
+		return nil, true
+	} else if len(t.quarantine) >= t.p.cfg.maxQuarantined {
+		return nil, false
+	} else if t.quarantine == nil {
+		t.quarantine = quarantine{}
+	}
+	e := &quarantined{dlTopic: dlTopic, seq: seq}
+	t.quarantine[string(key)] = e
+	t.setAttnLocked()
+	return e, true
+}
+
+func (t *topic) release(key []byte) bool {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	_, ok := t.quarantine[string(key)]
+	delete(t.quarantine, string(key))
+	t.setAttnLocked()
+	return ok
+}
+
+// divertKeyed diverts pd, produced after the record that quarantined its key
+// (q), to the key's dead-letter topic, and calls done with the record's
+// outcome. A copy that fails stops the key: pd, and the key's later records,
+// fail with ErrStopped until the key is released.
+func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
+	if q.stopped != nil {
+		p.st.stopped.Add(1)
+		done(q.stopped)
+		return
+	}
+	p.dl.divert(q.dlTopic, pd, q.cause, func(err error) {
+		switch {
+		case err == nil:
+			p.st.deadLettered.Add(1)
+			err = fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, q.cause)
+		case errors.Is(err, kgo.ErrClientClosed):
+			err = fmt.Errorf("%w: %w", ErrClosed, err)
+		default:
+			p.st.stopped.Add(1)
+			err = fmt.Errorf("%w: key %q quarantined, and %w: %w", ErrStopped, pd.r.Key, ErrDeadLetterFailed, err)
+			t.amu.Lock()
+			if e := t.quarantine[string(pd.r.Key)]; e != nil && e.seq == q.seq && e.stopped == nil {
+				e.stopped = err
+			}
+			t.amu.Unlock()
+		}
+		done(err)
+	})
 }

@@ -19,7 +19,10 @@
 //     the topic's other partitions, and other topics, keep flowing, with any
 //     partitioner.
 //   - It settles them through the policies, the earliest first: Retry,
-//     Isolate, DeadLetter, Drop or Stop.
+//     Isolate, DeadLetter, Drop or Stop. The default, Retry(3,
+//     100*time.Millisecond) then Drop, is what a kgo user expects: a record
+//     that keeps failing gets its error, and the partition goes on; only
+//     Stop stops it.
 //   - It hands the records to produce again back to kgo with
 //     RecoverProducePartition; if kgo refuses because promises have not all
 //     returned, it calls again a little later. A Retry attempt sends the
@@ -79,17 +82,17 @@
 //
 // A record produced to a topic that does not exist (on a cluster that does
 // not create topics automatically) is not written: with the default
-// options, its promise gets an error wrapping ErrStopped and
-// UNKNOWN_TOPIC_OR_PARTITION about a minute after Produce (61.8 s, against
+// options, its promise gets an error wrapping ErrDropped and
+// UNKNOWN_TOPIC_OR_PARTITION about a minute after Produce (62.0 s, against
 // kfake). kgo fails the whole topic (partition -1) once five metadata
 // answers in a row say the topic is unknown (kgo.UnknownTopicRetries,
 // default 4): about 1 s the first time, its metadata requests 250 ms apart.
 // The default policies retry three times; each attempt waits for kgo to give
 // up again, and kgo now asks at most once per kgo.MetadataMinAge (default
-// 5 s), so an attempt takes 10 to 25 s. Stop then stops the topic: every
-// record produced to it afterwards fails at once with ErrStopped, until
-// Resume. A topic created meanwhile is used: created 1.5 s after the
-// Produce, the record is written after 1.5 s.
+// 5 s), so an attempt takes 10 to 25 s. Drop then drops the record, and
+// each later record goes the same way (one produced once the first was
+// dropped was dropped after 100 s). A topic created meanwhile is used:
+// created 1.5 s after the Produce, the record is written after 1.5 s.
 //
 // To settle sooner with the same outcomes, give kgo
 // kgo.UnknownTopicRetries(0) (kgo fails an attempt at the first unknown-topic
@@ -98,11 +101,12 @@
 // the policies wait for the topic: with WithPolicies(Retry(3, time.Second),
 // Stop()), the record gets ErrStopped after 3.0 s, and a topic created 1.5 s
 // after the Produce gets it after 2.0 s. kgo.UnknownTopicRetries(0) with the
-// default Retry(3, 100*time.Millisecond) stops the topic after 0.8 s, too
-// soon for a topic being created. kgo.UnknownTopicRetries also counts produce
-// answers UNKNOWN_TOPIC_OR_PARTITION, which brokers can give for a moment
-// after a topic is created or while a partition moves: with 0, the policies
-// handle those too. A lower MetadataMinAge means more metadata requests
+// default Retry(3, 100*time.Millisecond) drops the record after 0.8 s (the
+// next one after 1.0 s), too soon for a topic being created.
+// kgo.UnknownTopicRetries also counts produce answers
+// UNKNOWN_TOPIC_OR_PARTITION, which brokers can give for a moment after a
+// topic is created or while a partition moves: with 0, the policies handle
+// those too. A lower MetadataMinAge means more metadata requests
 // while something is missing.
 //
 // # Contexts

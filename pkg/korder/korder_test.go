@@ -394,7 +394,7 @@ func TestStopResume(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1)
 	h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.InvalidRecord, Count: -1})
-	p := newProducer(t, c, nil) // default policies: Retry(3, 100ms), Stop()
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Retry(3, 100*time.Millisecond), korder.Stop()))
 
 	err := produceSync(ctx, p, rec(0, "k", 0))
 	if !errors.Is(err, korder.ErrStopped) || !errors.Is(err, kerr.InvalidRecord) {

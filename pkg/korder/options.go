@@ -18,10 +18,15 @@ var (
 	// ErrStopped is the error (wrapping the cause) a record's promise gets
 	// when Stop stopped its partition: the record that failed, every
 	// record of the partition after it, and every record produced to the
-	// partition until Resume. A record of a quarantined key whose
-	// dead-letter write fails gets it too ("key quarantined"): its key is
-	// stopped, not its partition.
+	// partition until Resume. A record of a quarantined key gets it too
+	// once a dead-letter copy of the key's records failed: the key is
+	// stopped, not its partition (see QuarantineKeys).
 	ErrStopped = errors.New("korder: partition stopped after a produce failure")
+
+	// ErrDeadLetterFailed is the error, wrapping the dead-letter topic's
+	// error and the cause, that a record DeadLetter could not divert
+	// carries to the next policy (the promise's error wraps it).
+	ErrDeadLetterFailed = errors.New("korder: dead-letter write failed")
 
 	// ErrHeldFull is the error a record's promise gets, with
 	// RejectWhenHeldFull, when its partition is recovering and what the
@@ -54,7 +59,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		policies:       []Policy{Retry(3, 100*time.Millisecond), Stop()},
+		policies:       []Policy{Retry(3, 100*time.Millisecond), Drop()},
 		maxHeldBytes:   DefaultMaxHeldBytes,
 		maxQuarantined: DefaultMaxQuarantinedKeys,
 	}
@@ -92,10 +97,13 @@ func atLeast1[T int | int64](name string, n T, set func(*config)) Opt {
 }
 
 // WithPolicies sets the policies for failed records, applied in order,
-// overriding the default of Retry(3, 100*time.Millisecond) then Stop(). For
-// example, WithPolicies(Retry(5, time.Second), Isolate(),
-// DeadLetter("dlq").QuarantineKeys()) retries, narrows batch failures down
-// to the failing records, and diverts those.
+// overriding the default of Retry(3, 100*time.Millisecond) then Drop(). The
+// default does what a kgo user expects of kgo: a failed record's promise gets
+// its error (wrapped in ErrDropped) and the client goes on, only in order and
+// after three more attempts; nothing stops until Resume unless the policies
+// end with Stop. For example, WithPolicies(Retry(5, time.Second),
+// DeadLetter("dlq").QuarantineKeys()) retries, then diverts the failed
+// records.
 func WithPolicies(policies ...Policy) Opt {
 	return func(c *config) { c.policies = policies }
 }
@@ -127,8 +135,8 @@ func MaxHeldBytes(n int64) Opt {
 // MaxQuarantinedKeys bounds how many keys each topic may have quarantined by
 // DeadLetter(...).QuarantineKeys(); the default is DefaultMaxQuarantinedKeys
 // (10000). A record that DeadLetter would divert while its topic's quarantine
-// is full is passed on to the next policy, as if the dead-letter topic had
-// failed.
+// is full (counting the keys whose first copy is being written) is passed on
+// to the next policy, as if the dead-letter topic had failed.
 func MaxQuarantinedKeys(n int) Opt {
 	return atLeast1("MaxQuarantinedKeys", n, func(c *config) { c.maxQuarantined = n })
 }

@@ -63,6 +63,8 @@ type partition struct {
 	suspectRd uint64                         // the last round that failed: its records still kept are the suspects
 	roundHi   uint64                         // the number of the last round's last record
 	roundKept bool                           // the last round kept the partition failed
+	roundN    int                            // the last round's records
+	from      int                            // narrowing down, or settling a failed batch: the policy to start from (call.from)
 	suspectHi uint64                         // suspectRd's roundHi
 	settled   bool                           // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}                  // closed when the round in flight ends; nil once it did
@@ -200,12 +202,7 @@ func (pt *partition) run() {
 			}
 			continue
 		}
-		pd := pt.q.front()
-		if err := pd.canceled(); err != nil {
-			pt.settleLocked(pd, err)
-			pt.p.st.canceled.Add(1)
-			continue
-		}
+		pd := pt.q.front() // one whose context is done is settled before it is produced
 		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) {
 			// Past kgo's MaxBufferedPartitionRecords (a stall): one
 			// goes behind kgo's; once it is written, the rest follow
@@ -221,34 +218,53 @@ func (pt *partition) run() {
 			// Failed or rejected because of a record now settled,
 			// or with another record's context (kgo fails a batch
 			// whose first record's is done): not its own fault.
+			pt.from = 0
 			pt.produceLocked(0, false)
 			continue
 		}
 		suspects, pd, probe := pt.suspectsLocked()
-		if probe {
+		switch {
+		case probe:
 			// One failed record alone is the culprit only once
 			// every record of its failure came back.
 			pt.barrierLocked()
 			continue
+		case suspects == 0:
+			// Nothing that failed is kept: the rest goes whole.
+			pt.settled, pt.from = true, 0
+			continue
+		case pd.canceled() != nil:
+			pt.p.st.canceled.Add(1)
+			pt.settleLocked(pd, pd.canceled())
+			continue
 		}
-		c := &call{pd: pd, suspects: suspects, env: pt}
+		// The suspect alone failed on its own: in a failure, before any
+		// narrowing down, or in a round of its own.
+		alone := suspects == 1 && (pt.suspectRd == 0 && pt.from == 0 || pt.suspectRd == pt.round && pt.roundN == 1)
+		c := &call{pd: pd, cause: pd.err, suspects: suspects, alone: alone, from: pt.from, env: pt}
 		pt.mu.Unlock()
 		a := pt.p.decide(c)
 		pt.mu.Lock()
-		if pt.p.isClosed() {
-			continue
+		if a.kind != actProduce && alone && perRecordCause(pd.err) {
+			pt.p.st.isolations.Add(1)
 		}
-		switch a.kind {
-		case actSettle:
+		switch {
+		case a.kind == actSettle: // decided, even if the Producer closed meanwhile
+			// The other records that failed with it (a partition's
+			// cause) go to the same policy.
 			pt.settleLocked(pd, a.err)
-			pt.settled = true
-		case actStop:
+			pt.from = c.at
+		case pt.p.isClosed():
+		case a.kind == actStop:
 			pt.stopLocked(a.err)
-		case actProduce:
-			if a.rest && pt.p.bound > 0 && (a.n == 0 || a.n > int(pt.p.bound)) {
+		case !a.rest: // narrowing down: the halves start there too
+			pt.from = c.at
+			pt.produceLocked(a.n, false)
+		default:
+			if pt.p.bound > 0 && a.n > int(pt.p.bound) {
 				a.n = int(pt.p.bound) // a stall's failed batch is the bound's
 			}
-			pt.produceLocked(a.n, a.rest)
+			pt.produceLocked(a.n, true)
 		}
 	}
 }
@@ -264,9 +280,7 @@ func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	if pt.suspectRd == 0 {
 		hi, f = math.MaxUint64, func(pd *pending) bool { return !pd.rejected }
 	}
-	if n, first = pt.q.span(hi, f); first == nil {
-		first = pt.q.front()
-	}
+	n, first = pt.q.span(hi, f)
 	return n, first, pt.suspectRd == 0 && n == 1 && pt.probed != pt.failure
 }
 
@@ -286,7 +300,7 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 // it, collected or yet to come back, fails with ErrStopped wrapping cause
 // (the record's error, never nil).
 func (pt *partition) stopLocked(cause error) {
-	pt.stopped = fmt.Errorf("%w: %w", ErrStopped, cause)
+	pt.stopped, pt.from = fmt.Errorf("%w: %w", ErrStopped, cause), 0
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	pt.releaseLocked()
 	// Only the records kept now: a Resume while the lock is released for
@@ -328,6 +342,7 @@ func (pt *partition) endLocked(err error) {
 func (pt *partition) produceLocked(n int, rest bool) {
 	for pt.settleCanceledLocked(n) {
 	}
+	pt.quarantinedLocked(n)
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
 		if pt.refused >= refusalsBeforeHold && !pt.holding {
 			// Producers keep the partition rejecting faster than its
@@ -357,10 +372,11 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
 	}
-	// A part keeps the partition failed, and so does a Retry's first
-	// batch (rest) even when it is all: until it is written, unkeyed
-	// records go around the partition, and keyed ones come back.
-	keep := n < pt.q.len() || rest
+	// A part keeps the partition failed, and so do a Retry's first
+	// batch (rest) and a half being narrowed down even when they are
+	// all: until written, unkeyed records go around the partition, and
+	// keyed ones come back.
+	keep := n < pt.q.len() || rest || pt.from > 0
 	taken := pt.q.take(0, n)
 	rs := make([]*kgo.Record, n)
 	var inRound map[*kgo.Record]*pending
@@ -388,7 +404,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// The round: its records' promises may have come (even all of them)
 	// while the lock was released; its end waited for this.
 	pt.round = pt.p.rounds.Add(1)
-	pt.roundRest, pt.roundKept, pt.roundHi = rest, keep, taken[n-1].seq
+	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
 	for _, pd := range taken {
 		pd.round = pt.round
 		pt.t.heldBytes.Add(-pd.size())
@@ -519,12 +535,38 @@ func (pt *partition) wake() {
 // purge forgot it): nothing orders them, and they belong to what was undone.
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
-	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd = nil, nil, nil, false, 0
+	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from = nil, nil, nil, false, 0, 0
 	pt.refused, pt.wait = 0, 0
 	pt.releaseLocked()
 	for pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, pd.err)
+	}
+}
+
+// quarantinedLocked diverts the first n kept records (0: all) whose key is
+// quarantined, instead of producing them again (see divertKeyed): they were
+// produced after the record that quarantined it.
+func (pt *partition) quarantinedLocked(n int) {
+	if n <= 0 || n > pt.q.len() {
+		n = pt.q.len()
+	}
+	var rs []*pending
+	var qs []quarantined
+	pt.t.amu.Lock()
+	for _, pd := range pt.q.rs[:n] {
+		if q, ok := pt.t.quarantinedLocked(pd.r.Key, pd.seq); ok {
+			rs, qs = append(rs, pd), append(qs, q)
+		}
+	}
+	pt.t.amu.Unlock()
+	for i, pd := range rs {
+		pt.q.remove(pd)
+		pt.t.heldBytes.Add(-pd.size())
+		pt.checkFullLocked()
+		pt.mu.Unlock()
+		pt.p.divertKeyed(pt.t, pd, qs[i], func(err error) { pt.p.finish(pd, err) })
+		pt.mu.Lock()
 	}
 }
 
@@ -619,17 +661,28 @@ func (pt *partition) backoff(d time.Duration) bool {
 	}
 }
 
-func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) error {
-	if quarantine && !pt.t.quarantineRoom(pd.r.Key) {
-		return errQuarantineFull
+func (pt *partition) deadLetter(topic string, pd *pending, cause error, quarantine bool) error {
+	var e *quarantined
+	if quarantine && pd.r.Key != nil {
+		var ok bool
+		if e, ok = pt.t.reserve(pd.r.Key, topic, pd.seq); !ok {
+			return errQuarantineFull
+		}
 	}
 	done, ch := make(chan struct{}), make(chan error, 1)
 	pt.p.flushUntil(done)
-	pt.p.dl.divert(topic, pd, func(err error) { ch <- err })
+	pt.p.dl.divert(topic, pd, cause, func(err error) { ch <- err })
 	err := <-ch
 	close(done)
-	if err == nil && quarantine {
-		pt.t.addQuarantine(pd.r.Key, topic, pd.err)
+	if t := pt.t; e != nil {
+		t.amu.Lock()
+		if t.quarantine[string(pd.r.Key)] == e { // not released meanwhile
+			if e.cause = cause; err != nil {
+				delete(t.quarantine, string(pd.r.Key))
+			}
+			t.setAttnLocked()
+		}
+		t.amu.Unlock()
 	}
 	return err
 }

@@ -25,7 +25,18 @@ const (
 // the record (it is produced again, diverted, dropped or stopped) or passes
 // it to the next policy. Records after it are not written before it is
 // settled, so the order of every partition is kept. A record that no policy
-// settles is handled as by Stop.
+// settles is dropped, as by Drop.
+//
+// What DeadLetter and Drop settle depends on the cause. A record-level cause
+// (INVALID_RECORD, CORRUPT_MESSAGE, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+// INVALID_TIMESTAMP, POLICY_VIOLATION) fails the whole batch that holds the
+// record: they narrow it down first, as Isolate does, and settle only the
+// record that fails on its own. Any other cause (the retries or the delivery
+// timeout running out, NOT_ENOUGH_REPLICAS, an unknown topic, ...) belongs
+// to the partition: they settle every record that failed with it in the last
+// attempt (the failed batch, after the retries), as kgo fails them. Either
+// way, the records behind them are then produced again, in order, past the
+// policies.
 //
 // Kafka Streams' ProductionExceptionHandler (fail, continue, retry with a
 // dead-letter queue) is the naming precedent; these policies keep order.
@@ -51,7 +62,8 @@ type Policy struct {
 // batch may already be in the log) is not known to be unwritten: by default
 // Retry passes it on at once, so that it is never written twice; with
 // RetryPossiblyWritten it is retried like any other record (and may then be
-// written twice).
+// written twice). The halves of a batch being narrowed down (see Isolate)
+// are not retried.
 func Retry(attempts int, backoff time.Duration) Policy {
 	return Policy{kind: policyRetry, attempts: attempts, backoff: backoff}
 }
@@ -67,32 +79,36 @@ func (p Policy) RetryPossiblyWritten() Policy {
 	return p
 }
 
-// Isolate handles a record that failed with an error that may belong to a
-// single record (MESSAGE_TOO_LARGE, INVALID_RECORD, CORRUPT_MESSAGE,
-// POLICY_VIOLATION, RECORD_LIST_TOO_LARGE): kgo fails whole batches, so the
-// failed records are bisected: the first half is produced again, and a half
-// that fails is split again, until the record that fails on its own is found,
-// about log2(n) rounds for n records. Only that record is passed on; once it
-// is settled, the rest is produced again whole. kgo keeps the partition
-// failed while Isolate bisects (RecoverProducePartitionKeepFailed), so
-// nothing else of the topic waits.
+// Isolate narrows a record-level failure (see Policy) down to its culprit,
+// for the policies after it, such as Stop (DeadLetter and Drop narrow down on
+// their own): kgo fails whole batches, so the failed records are bisected:
+// the first half is produced again, and a half that fails is split again,
+// until the record that fails on its own is found, about log2(n) rounds for n
+// records. Only that record is passed on. kgo keeps the partition failed
+// while Isolate bisects, so nothing else of the topic waits.
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 
-// DeadLetter diverts the failed record to the dead-letter topic: a copy with
-// the original key, value, timestamp and headers, plus the headers
-// korder-cause, korder-topic and korder-partition. The record's promise gets
-// an error wrapping ErrDeadLettered and the cause, and the rest of the
-// partition continues in order. If the dead-letter topic cannot be written,
-// the record is passed on. The dead-letter topic must not be produced to
-// through the Producer.
+// DeadLetter diverts the failed record (see Policy for which) to the
+// dead-letter topic: a copy with the original key, value, timestamp and
+// headers, plus the headers korder-cause, korder-topic and korder-partition.
+// The record's promise gets an error wrapping ErrDeadLettered and the cause,
+// and the rest of the partition continues in order. If the copy cannot be
+// written, the record is passed on, its cause now an error wrapping
+// ErrDeadLetterFailed, the dead-letter topic's error and the original cause.
+// The Producer does not produce to a dead-letter topic: NewProducer refuses
+// one as kgo.DefaultProduceTopic, and a record produced to one fails.
 func DeadLetter(topic string) Policy { return Policy{kind: policyDeadLetter, topic: topic} }
 
 // QuarantineKeys makes a DeadLetter policy quarantine the key of every record
-// it diverts: later records with that key in the same topic go to the
-// dead-letter topic too, so that they cannot overtake it, until
-// Producer.ReleaseQuarantine. Other keys continue. Records without a key are
-// not quarantined. Each topic holds at most MaxQuarantinedKeys keys. Only
-// DeadLetter accepts it.
+// it diverts: the records with that key in the same topic produced after it,
+// those the Producer holds and those produced later, go to the dead-letter
+// topic too, after it, so that they cannot overtake it, until
+// Producer.ReleaseQuarantine. Other keys continue. Records with a nil key are
+// not quarantined (an empty key is a key). Each topic holds at most
+// MaxQuarantinedKeys keys. If the copy of a later record cannot be written,
+// the key is stopped: that record and every later one with the key fail with
+// an error wrapping ErrStopped and ErrDeadLetterFailed, until
+// ReleaseQuarantine. Only DeadLetter accepts it.
 func (p Policy) QuarantineKeys() Policy {
 	if p.kind != policyDeadLetter {
 		p.invalid = fmt.Sprintf("%s.QuarantineKeys(): only DeadLetter quarantines keys", p)
@@ -101,8 +117,9 @@ func (p Policy) QuarantineKeys() Policy {
 	return p
 }
 
-// Drop drops the failed record: its promise gets an error wrapping ErrDropped
-// and the cause, and the rest of the partition continues in order.
+// Drop drops the failed record (see Policy for which): its promise gets an
+// error wrapping ErrDropped and the cause, and the rest of the partition
+// continues in order.
 func Drop() Policy { return Policy{kind: policyDrop} }
 
 // Stop fails the record and stops its partition: the record, every record of
@@ -151,14 +168,14 @@ func (p Policy) validate() error {
 // rather than by the partition or the broker.
 func perRecordCause(err error) bool {
 	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.InvalidRecord) || errors.Is(err, kerr.CorruptMessage) ||
-		errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.RecordListTooLarge)
+		errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.RecordListTooLarge) || errors.Is(err, kerr.InvalidTimestamp)
 }
 
-// What a chain of steps decided for the first failed record of a partition.
+// What the policies decided for the first failed record of a partition.
 type actKind uint8
 
 const (
-	actProduce actKind = iota + 1 // produce n records from the front again (n 0: all)
+	actProduce actKind = iota + 1 // produce n records from the front again
 	actSettle                     // settle the record: its promise gets err
 	actStop                       // stop the partition with err
 )
@@ -170,82 +187,62 @@ type act struct {
 	err  error
 }
 
-// call is what a step sees: the record, what the partition knows of the last
-// failed round, and what the Producer lends the steps.
+// call is what the policies see: the record, what the partition knows of the
+// last failed round, and what the Producer lends them.
 type call struct {
 	pd       *pending
-	suspects int // the records of the last failed run still kept, from the front
+	cause    error // what the record's promise wraps: its error, and a failed dead-letter write
+	suspects int   // the records of the last failed run still kept, from the front
+	alone    bool  // pd is known to fail on its own
+	from, at int   // the policy to start from (0: the first), and the last one applied, counted from 1
 	env      stepEnv
 }
 
-// stepEnv is what the steps need from the Producer.
+// stepEnv is what the policies need from the Producer.
 type stepEnv interface {
 	backoff(d time.Duration) bool // false if the Producer closed meanwhile
-	deadLetter(topic string, pd *pending, quarantine bool) error
+	deadLetter(topic string, pd *pending, cause error, quarantine bool) error
 }
 
-// A step handles a record or passes it to next: policies compose as a chain
-// of steps, in the spirit of func(next) next middleware.
-type step func(c *call, next func() act) act
-
-func (p Policy) step(st *stats) step {
-	switch p.kind {
-	case policyRetry:
-		return func(c *call, next func() act) act {
+// decide applies the policies to c's record, from c.from, until one decides;
+// a record none settles is dropped.
+func decide(policies []Policy, st *stats, c *call) act {
+	for i := max(c.from-1, 0); ; i++ {
+		c.at = i + 1
+		p := Drop()
+		if i < len(policies) {
+			p = policies[i]
+		}
+		switch {
+		case p.kind == policyRetry:
 			if c.pd.attempts >= p.attempts || (!p.possiblyWritten && errors.Is(c.pd.err, kgo.ErrPossiblyWritten)) {
-				return next()
+				continue
 			}
 			if !c.env.backoff(p.backoff) {
 				return act{kind: actSettle, err: ErrClosed}
 			}
 			c.pd.attempts++
 			st.retries.Add(1)
-			// The first failed batch; the rest follows once written.
-			return act{kind: actProduce, n: c.suspects, rest: true}
-		}
-	case policyIsolate:
-		return func(c *call, next func() act) act {
-			switch {
-			case !perRecordCause(c.pd.err):
-				return next()
-			case c.suspects > 1:
-				return act{kind: actProduce, n: c.suspects / 2}
-			case c.suspects == 1:
-				st.isolations.Add(1)
-				return next()
-			}
-			return act{kind: actProduce} // the culprit is settled: the rest, whole
-		}
-	case policyDeadLetter:
-		return func(c *call, next func() act) act {
-			if err := c.env.deadLetter(p.topic, c.pd, p.quarantine); err != nil {
-				return next()
-			}
-			st.deadLettered.Add(1)
-			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDeadLettered, c.pd.err)}
-		}
-	case policyDrop:
-		return func(c *call, _ func() act) act {
+			return act{kind: actProduce, n: c.suspects, rest: true} // the failed batch; the rest once it is written
+		case p.kind == policyStop:
+			return act{kind: actStop, err: c.cause}
+		case !c.alone && perRecordCause(c.pd.err):
+			// Narrowing down: the first half of the suspects (at least
+			// one) again.
+			return act{kind: actProduce, n: max(c.suspects/2, 1)}
+		case p.kind == policyDrop:
 			st.dropped.Add(1)
-			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDropped, c.pd.err)}
+			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDropped, c.cause)}
+		case p.kind == policyDeadLetter:
+			err := c.env.deadLetter(p.topic, c.pd, c.cause, p.quarantine)
+			switch {
+			case err == nil:
+				st.deadLettered.Add(1)
+				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDeadLettered, c.cause)}
+			case errors.Is(err, kgo.ErrClientClosed): // the copy's outcome is unknown
+				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrClosed, err)}
+			}
+			c.cause = fmt.Errorf("%w: %w; cause: %w", ErrDeadLetterFailed, err, c.cause)
 		}
 	}
-	return func(c *call, _ func() act) act { return act{kind: actStop, err: c.pd.err} }
-}
-
-// chain composes the policies' steps; a record no step settles stops its
-// partition.
-func chain(policies []Policy, st *stats) func(*call) act {
-	steps := make([]step, len(policies))
-	for i, p := range policies {
-		steps[i] = p.step(st)
-	}
-	var run func(i int, c *call) act
-	run = func(i int, c *call) act {
-		if i == len(steps) {
-			return act{kind: actStop, err: c.pd.err}
-		}
-		return steps[i](c, func() act { return run(i+1, c) })
-	}
-	return func(c *call) act { return run(0, c) }
 }

@@ -58,7 +58,8 @@ type Producer struct {
 // with kgo.FailPartitionOnProduceFailure and the Producer's failure hook
 // added, and kgo.MaxBufferedPartitionRecords(10000) unless kopts set it
 // (kgo.MaxBufferedPartitionRecords(0) turns it off). opts configure the
-// Producer; without WithPolicies, the policies are Retry(3, 100ms) then Stop.
+// Producer (nil ones are ignored); without WithPolicies, the policies are
+// Retry(3, 100ms) then Drop, which never stop a partition.
 func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:      defaultConfig(),
@@ -68,12 +69,14 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		idle:     make(chan struct{}),
 	}
 	for _, o := range opts {
-		o(&p.cfg)
+		if o != nil {
+			o(&p.cfg)
+		}
 	}
 	if err := p.cfg.validate(); err != nil {
 		return nil, err
 	}
-	p.decide = chain(p.cfg.policies, &p.st)
+	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
 	p.ring.Store(p.newCarrierRing(minCarriers))
 	p.dl = newDeadLetters(p.cfg.policies)
 	p.dl.closing = p.closing
@@ -89,6 +92,10 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p.manual, _ = cl.OptValue(kgo.ManualFlushing).(bool)
 	p.lingers = linger > 0 || p.manual
 	p.bound, _ = cl.OptValue(kgo.MaxBufferedPartitionRecords).(int64)
+	if p.dl.topics[p.defaultTopic] {
+		cl.Close()
+		return nil, fmt.Errorf("korder: the default produce topic %q is a dead-letter topic", p.defaultTopic)
+	}
 	return p, nil
 }
 
@@ -141,7 +148,8 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 // error if that is done before the record could be written, or with kgo's
 // own error for a failure that fails no partition, such as a usage error (no
 // topic, an invalid record): such a record is not retried and holds nothing
-// back.
+// back. A nil record, and a record to a dead-letter topic of the policies,
+// fail at once with an error.
 //
 // Produce blocks while the record's topic is held (Isolate bisecting, a
 // partition at MaxHeld or MaxHeldBytes) until the hold ends or ctx is done,
@@ -155,8 +163,16 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	if promise == nil {
 		promise = func(*kgo.Record, error) {}
 	}
+	if r == nil {
+		promise(nil, errors.New("korder: Produce of a nil record"))
+		return
+	}
 	if p.always || r.Topic == "" {
 		r.Topic = p.defaultTopic
+	}
+	if len(p.dl.topics) > 0 && p.dl.topics[r.Topic] {
+		promise(r, fmt.Errorf("korder: %q is a dead-letter topic: the Producer does not produce to it", r.Topic))
+		return
 	}
 	seq := p.in.Add(1)
 	if p.attn.Load() == 0 {
@@ -169,18 +185,10 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
 	for !p.isClosed() {
-		wait, dlTopic, cause := p.topic(pd.r.Topic).admit(pd.r.Key)
-		if cause != nil {
-			pd.err = cause
-			p.dl.divert(dlTopic, pd, func(err error) {
-				if err != nil {
-					p.st.stopped.Add(1) // the key is stopped, not the partition
-					p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
-					return
-				}
-				p.st.deadLettered.Add(1)
-				p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
-			})
+		t := p.topic(pd.r.Topic)
+		wait, q, ok := t.admit(pd.r.Key, pd.seq)
+		if ok {
+			p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 			return
 		}
 		if wait == nil {

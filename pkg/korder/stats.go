@@ -15,10 +15,10 @@ type stats struct {
 type Stats struct {
 	Failures     int64 // partition or topic failures kgo reported (hook calls, MaxBufferedPartitionRecords' too; not those of dead-letter topics)
 	Retries      int64 // records produced again by Retry (the first record of each round)
-	Isolations   int64 // records that Isolate found failing on their own
+	Isolations   int64 // records found failing on their own (a record-level cause), and settled
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
-	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or quarantined when the dead-letter topic failed
+	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or of a stopped key
 	HeldFull     int64 // records failed with ErrHeldFull (RejectWhenHeldFull)
 	Canceled     int64 // records settled with their own context's error, outside the policies
 	Quarantined  int64 // keys quarantined now
@@ -68,7 +68,7 @@ func (p *Producer) Stats() Stats {
 		}
 		s.HeldBytes += t.heldBytes.Load()
 		t.amu.Lock()
-		s.Quarantined += int64(len(t.quarantine))
+		s.Quarantined += int64(len(t.quarantine.keys()))
 		t.amu.Unlock()
 		t.mu.Unlock()
 	}

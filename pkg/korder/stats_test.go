@@ -3,6 +3,7 @@ package korder_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -19,7 +20,7 @@ func TestStoppedCountsEveryRecord(t *testing.T) {
 	ctx := testCtx(t)
 	c := newCluster(t, 1)
 	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.InvalidRecord, Count: -1})
-	p := newProducer(t, c, nil) // default policies: Retry(3, 100ms), Stop()
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Retry(3, 100*time.Millisecond), korder.Stop()))
 
 	ps := newPromises()
 	first := rec(0, "k", 0)

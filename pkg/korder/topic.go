@@ -29,8 +29,7 @@ type topic struct {
 	blocks     int           // Isolate holds and full partitions: Produce waits
 	wake       chan struct{} // closed when blocks falls to 0
 	quarantine quarantine
-	dlTopic    map[string]string // quarantined key: its dead-letter topic
-	attn       bool              // counted in Producer.attn
+	attn       bool // counted in Producer.attn
 }
 
 // partitionLocked returns partition id's state machine, made if need be.
@@ -109,60 +108,23 @@ func (t *topic) setAttnLocked() {
 	}
 }
 
-// admit tells a Produce of the topic what to do: wait on the channel, divert
-// the record to the dead-letter topic (quarantined key), or go on (as for a
-// topic with nothing kept, nil).
-func (t *topic) admit(key []byte) (wait chan struct{}, dlTopic string, cause error) {
+// admit tells a Produce of the topic what to do: divert the record numbered
+// seq with key (its key is quarantined: ok), wait on the channel, or go on
+// (as for a topic with nothing kept, nil).
+func (t *topic) admit(key []byte, seq uint64) (wait chan struct{}, q quarantined, ok bool) {
 	if t == nil {
-		return nil, "", nil
+		return nil, q, false
 	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	if key != nil {
-		if cause := t.quarantine[string(key)]; cause != nil {
-			return nil, t.dlTopic[string(key)], cause
-		}
+	if q, ok = t.quarantinedLocked(key, seq); ok {
+		return nil, q, true
 	}
 	if t.blocks > 0 {
 		if t.wake == nil {
 			t.wake = make(chan struct{})
 		}
-		return t.wake, "", nil
+		return t.wake, q, false
 	}
-	return nil, "", nil
-}
-
-func (t *topic) quarantineRoom(key []byte) bool {
-	t.amu.Lock()
-	defer t.amu.Unlock()
-	return t.roomLocked(key)
-}
-
-// roomLocked: key needs no room (nil, or quarantined), or has it. Under amu.
-func (t *topic) roomLocked(key []byte) bool {
-	_, ok := t.quarantine[string(key)]
-	return key == nil || ok || len(t.quarantine) < t.p.cfg.maxQuarantined
-}
-
-func (t *topic) addQuarantine(key []byte, dlTopic string, cause error) {
-	t.amu.Lock()
-	defer t.amu.Unlock()
-	if _, ok := t.quarantine[string(key)]; ok || !t.roomLocked(key) {
-		return
-	}
-	if t.quarantine == nil {
-		t.quarantine, t.dlTopic = quarantine{}, map[string]string{}
-	}
-	t.quarantine[string(key)], t.dlTopic[string(key)] = cause, dlTopic
-	t.setAttnLocked()
-}
-
-func (t *topic) release(key []byte) bool {
-	t.amu.Lock()
-	defer t.amu.Unlock()
-	_, ok := t.quarantine[string(key)]
-	delete(t.quarantine, string(key))
-	delete(t.dlTopic, string(key))
-	t.setAttnLocked()
-	return ok
+	return nil, q, false
 }
