@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -339,12 +340,10 @@ func TestQuarantineRoomIsReserved(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	var copies sync.WaitGroup
-	copies.Add(2)
-	go func() { copies.Wait(); open() }()
+	var copies atomic.Int32
 	buffered := bufferedHook(func(r *kgo.Record) {
-		if r.Topic == dlq {
-			copies.Done()
+		if r.Topic == dlq && copies.Add(1) == 2 {
+			open()
 		}
 	})
 	// A linger puts both poison records in one request.
