@@ -219,7 +219,7 @@ func decide(policies []Policy, st *stats, c *call) act {
 				continue
 			}
 			if !c.env.backoff(p.backoff) {
-				return act{kind: actSettle, err: ErrClosed}
+				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrClosed, c.cause)}
 			}
 			c.pd.attempts++
 			st.retries.Add(1)
