@@ -53,11 +53,20 @@
 // them again in rounds of the bound once the partition's buffered records
 // are written.
 //
-// Produce blocks only while its topic is held: while a recovering partition
-// of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless
-// RejectWhenHeldFull), and, briefly, when producers keep a failed partition
-// so busy that a recovery is refused a thousand times in a row while its
-// rejected records keep coming back. Retry's first batch and Isolate's
+// MaxHeld and MaxHeldBytes bound what the Producer keeps for each failed
+// partition: the records it holds, and those it produced again that are not
+// yet written. At the bound, a record that comes back failed or rejected for
+// the partition fails with ErrHeldFull instead of being kept. Produce does
+// not wait for room: a record's partition is known only once kgo has
+// partitioned it, so waiting would hold up the topic's healthy partitions
+// too.
+//
+// Produce blocks only while its topic is held, which is brief and rare:
+// kgo recovers a failure only once every promise of it has returned, which
+// producers that keep a failed partition rejecting at full speed may never
+// let happen. Once a recovery is refused a thousand times in a row with
+// rejected records coming back between the attempts, Produce for the topic
+// waits until kgo accepts it. Retry's first batch and Isolate's
 // halves are produced with the partition kept failed, so nothing else waits
 // for them.
 //

@@ -50,7 +50,7 @@ type partition struct {
 	stopCause error                          // the error of the Stop that Resume ended
 	worker    bool                           // the worker goroutine runs
 	holding   bool                           // the worker holds the topic: records keep coming back under load
-	full      bool                           // at MaxHeld (the topic's full count includes it)
+	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
 	arrived   uint64                         // records that came back (failed or rejected)
 	tried     uint64                         // arrived at the last refused recovery
 	refused   int                            // recoveries refused in a row with records still coming back
@@ -93,9 +93,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		// recovered, or a transaction abort recovered it.
 		pt.failure = fe
 	}
-	if !pd.rejected {
-		pt.ownOf = fe
-	}
+	round := pt.inRound[pd.r] == pd // counted already
 	pt.arrived++
 	defer pt.cond.Broadcast()
 	switch {
@@ -108,11 +106,15 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		// Produced before Resume: stopped.
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
-	case pd.rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
+	case !round && pt.fullLocked(pd):
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
 	}
-	if pt.inRound[pd.r] == pd {
+	if !pd.rejected {
+		pt.ownOf = fe
+	}
+	pt.bytes += pd.size()
+	if round {
 		pt.failedRd = true
 		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
 			pt.back = append(pt.back, pd) // kgo fails a round's records in order
@@ -122,28 +124,17 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	} else {
 		pt.q.insert(pd)
 	}
-	pt.t.heldBytes.Add(pd.size())
-	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
 }
 
-func (pt *partition) atBoundLocked() bool {
-	return (pt.p.cfg.maxHeld > 0 && pt.q.len()+len(pt.back) >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
-}
-
-// checkFullLocked makes Produce for the topic block while the partition is
-// at its bound (unless RejectWhenHeldFull).
-func (pt *partition) checkFullLocked() {
-	full := !pt.p.cfg.rejectWhenFull && pt.atBoundLocked()
-	if full != pt.full {
-		pt.full = full
-		if full {
-			pt.t.block(1)
-		} else {
-			pt.t.block(-1)
-		}
-	}
+// fullLocked tells whether keeping pd would take the partition past MaxHeld
+// or MaxHeldBytes, counting the records of the round in flight, which kgo
+// may be failing: a record kept, or rejected with ErrHeldFull, comes back
+// under this lock, so what is kept never exceeds the bounds.
+func (pt *partition) fullLocked(pd *pending) bool {
+	n := pt.q.len() + len(pt.back) + len(pt.inRound)
+	return pt.p.cfg.maxHeld > 0 && n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
 }
 
 func (pt *partition) startLocked() {
@@ -275,8 +266,7 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	if !pt.q.remove(pd) {
 		return
 	}
-	pt.t.heldBytes.Add(-pd.size())
-	pt.checkFullLocked()
+	pt.bytes -= pd.size()
 	pt.mu.Unlock()
 	pt.p.finish(pd, err)
 	pt.mu.Lock()
@@ -293,10 +283,7 @@ func (pt *partition) stopLocked(cause error) {
 	// a promise keeps the records produced after it (arriveLocked).
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
 	for _, pd := range rs {
-		pt.t.heldBytes.Add(-pd.size())
-	}
-	pt.checkFullLocked()
-	for _, pd := range rs {
+		pt.bytes -= pd.size()
 		pt.p.st.stopped.Add(1)
 		pt.mu.Unlock()
 		pt.p.finish(pd, err)
@@ -391,9 +378,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	pt.roundRest, pt.roundKept, pt.roundHi = rest, keep, taken[n-1].seq
 	for _, pd := range taken {
 		pd.round = pt.round
-		pt.t.heldBytes.Add(-pd.size())
 	}
-	pt.checkFullLocked()
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
@@ -549,6 +534,9 @@ func (pt *partition) settleCanceledLocked(n int) bool {
 func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
 	pd := pt.inRound[r]
+	if pd != nil {
+		pt.bytes -= pd.size() // counted again if it comes back here
+	}
 	pt.mu.Unlock()
 	if pd == nil {
 		return

@@ -143,9 +143,9 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 // topic, an invalid record): such a record is not retried and holds nothing
 // back.
 //
-// Produce blocks while the record's topic is held (Isolate bisecting, a
-// partition at MaxHeld or MaxHeldBytes) until the hold ends or ctx is done,
-// in which case the promise gets ctx's error. As with kgo, a promise must not
+// Produce blocks while the record's topic is held (briefly: see the package
+// documentation) until the hold ends or ctx is done, in which case the
+// promise gets ctx's error; never for MaxHeld or MaxHeldBytes. As with kgo, a promise must not
 // block, and must not call Flush or Close; produce from a promise in a
 // goroutine of its own.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {

@@ -22,11 +22,10 @@ type topic struct {
 
 	// minus is set while partition -1 exists: the topic's own failure is
 	// settled before its partitions' (the small whole-topic hold).
-	minus     atomic.Bool
-	heldBytes atomic.Int64 // what its partitions keep (MaxHeldBytes)
+	minus atomic.Bool
 
 	amu        sync.Mutex
-	blocks     int           // Isolate holds and full partitions: Produce waits
+	blocks     int           // workers holding the topic (see refusalsBeforeHold): Produce waits
 	wake       chan struct{} // closed when blocks falls to 0
 	quarantine quarantine
 	dlTopic    map[string]string // quarantined key: its dead-letter topic
