@@ -61,14 +61,13 @@
 // partitioned it, so waiting would hold up the topic's healthy partitions
 // too.
 //
-// Produce blocks only while its topic is held, which is brief and rare:
-// kgo recovers a failure only once every promise of it has returned, which
-// producers that keep a failed partition rejecting at full speed may never
-// let happen. Once a recovery is refused a thousand times in a row with
-// rejected records coming back between the attempts, Produce for the topic
-// waits until kgo accepts it. Retry's first batch and Isolate's
-// halves are produced with the partition kept failed, so nothing else waits
-// for them.
+// Produce never waits for the Producer (only kgo's own bounds, such as
+// kgo.MaxBufferedRecords, block it). A failed partition that producers keep
+// rejecting faster than kgo's promises return is recovered once they all
+// have, which a steady stream of rejections may delay: the Producer does not
+// hold up Produce to hurry it, since that would hold up the topic's healthy
+// partitions too. Retry's first batch and Isolate's halves are produced with
+// the partition kept failed, so nothing else waits for them.
 //
 // # Hooks and locks
 //

@@ -49,11 +49,8 @@ type partition struct {
 	resumed   uint64                         // after Resume until recovered: records up to this seq that come back are stopped
 	stopCause error                          // the error of the Stop that Resume ended
 	worker    bool                           // the worker goroutine runs
-	holding   bool                           // the worker holds the topic: records keep coming back under load
 	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
 	arrived   uint64                         // records that came back (failed or rejected)
-	tried     uint64                         // arrived at the last refused recovery
-	refused   int                            // recoveries refused in a row with records still coming back
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
@@ -278,7 +275,6 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 func (pt *partition) stopLocked(cause error) {
 	pt.stopped = fmt.Errorf("%w: %w", ErrStopped, cause)
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
-	pt.releaseLocked()
 	// Only the records kept now: a Resume while the lock is released for
 	// a promise keeps the records produced after it (arriveLocked).
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
@@ -293,7 +289,6 @@ func (pt *partition) stopLocked(cause error) {
 
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
-	pt.releaseLocked()
 	pt.q.insertFront(pt.back)
 	pt.back = nil
 	for err != nil && pt.q.len() > 0 {
@@ -316,15 +311,6 @@ func (pt *partition) produceLocked(n int, rest bool) {
 	for pt.settleCanceledLocked(n) {
 	}
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
-		if pt.refused >= refusalsBeforeHold && !pt.holding {
-			// Producers keep the partition rejecting faster than its
-			// promises return: hold the topic until they all did.
-			pt.holding = true
-			pt.mu.Unlock()
-			pt.t.block(1)
-			pt.mu.Lock()
-			continue
-		}
 		err := pt.recoverLocked(n, rest)
 		switch {
 		case err == nil, pt.failure == nil: // recovered, or kgo refused for good
@@ -437,9 +423,8 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 // acceptedLocked takes kgo's acceptance of a recovery of failure f: the
 // partition is now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
-	pt.settled, pt.refused, pt.wait = false, 0, 0
+	pt.settled, pt.wait = false, 0
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
-	pt.releaseLocked()                // nothing is missing any more
 	switch {
 	case still == f:
 		// A topic whose records produced during its recovery were
@@ -456,23 +441,22 @@ func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	}
 }
 
-// refusedLocked takes kgo's refusal of a recovery of failure f: for promises
-// still to return, it counts (see refusalsBeforeHold); if kgo failed the
-// partition anew since, the new failure is the partition's; if kgo refuses
-// for good, the kept records are settled.
+// refusedLocked takes kgo's refusal of a recovery of failure f: if kgo
+// failed the partition anew since, the new failure is the partition's; if kgo
+// refuses for good, the kept records are settled. A refusal for promises
+// still to return is waited out (waitPendingLocked): producers may keep a
+// failed partition rejecting faster than its promises return, but the
+// Producer does not hold up Produce for it, since that would hold up every
+// partition of the topic.
 func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
 	var g *kgo.ErrProducePartitionFailed
 	switch {
 	case errors.Is(err, kgo.ErrRecoveryPending):
-		if pt.arrived != pt.tried {
-			pt.refused++ // records keep coming back
-		}
-		pt.tried = pt.arrived
 	case errors.As(err, &g) && g != f:
 		// kgo failed the partition anew since (a transaction abort
 		// recovered f): the records kept go with the new failure,
 		// before its own, in Produce order.
-		pt.failure, pt.refused, pt.wait = g, 0, 0
+		pt.failure, pt.wait = g, 0
 	default:
 		pt.unprotectedLocked(err)
 	}
@@ -505,8 +489,7 @@ func (pt *partition) wake() {
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
 	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd = nil, nil, nil, false, 0
-	pt.refused, pt.wait = 0, 0
-	pt.releaseLocked()
+	pt.wait = 0
 	for pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, pd.err)
@@ -567,14 +550,6 @@ func (pt *partition) endRoundLocked() {
 	pt.cond.Broadcast()
 }
 
-// releaseLocked ends the worker's hold of the topic.
-func (pt *partition) releaseLocked() {
-	if pt.holding {
-		pt.holding = false
-		pt.t.block(-1)
-	}
-}
-
 // resumeLocked ends a Stop: the records produced up to seq (before Resume)
 // still fail with ErrStopped when they come back; those produced after it,
 // which kgo rejects until its failure is recovered, are kept, and the worker
@@ -621,8 +596,3 @@ func (pt *partition) deadLetter(topic string, pd *pending, quarantine bool) erro
 	}
 	return err
 }
-
-// refusalsBeforeHold is how many refused recoveries in a row, with records
-// coming back between them, make the worker hold the topic, so that the
-// failure's promises can all return.
-const refusalsBeforeHold = 1000

@@ -26,8 +26,8 @@ type Producer struct {
 
 	// The no-failure path: in numbers the records produced, out counts the
 	// promises returned (producing goroutines and kgo's promise goroutine
-	// write one each); attn counts what takes Produce off that path (holds,
-	// quarantines, Close). attn and ring (see carrier.go) are read-mostly.
+	// write one each); attn counts what takes Produce off that path
+	// (quarantines, Close). attn and ring (see carrier.go) are read-mostly.
 	in   atomic.Uint64
 	_    [56]byte
 	out  atomic.Uint64
@@ -143,9 +143,9 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 // topic, an invalid record): such a record is not retried and holds nothing
 // back.
 //
-// Produce blocks while the record's topic is held (briefly: see the package
-// documentation) until the hold ends or ctx is done, in which case the
-// promise gets ctx's error; never for MaxHeld or MaxHeldBytes. As with kgo, a promise must not
+// Produce blocks only where kgo's Produce does (kgo.MaxBufferedRecords), never
+// for the Producer's own state: not for MaxHeld or MaxHeldBytes, nor while a
+// partition recovers. As with kgo, a promise must not
 // block, and must not call Flush or Close; produce from a promise in a
 // goroutine of its own.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -168,35 +168,25 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
-	for !p.isClosed() {
-		wait, dlTopic, cause := p.topic(pd.r.Topic).admit(pd.r.Key)
-		if cause != nil {
-			pd.err = cause
-			p.dl.divert(dlTopic, pd, func(err error) {
-				if err != nil {
-					p.st.stopped.Add(1) // the key is stopped, not the partition
-					p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
-					return
-				}
-				p.st.deadLettered.Add(1)
-				p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
-			})
-			return
-		}
-		if wait == nil {
-			p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
-			return
-		}
-		select {
-		case <-wait:
-		case <-pd.ctx.Done():
-			p.st.canceled.Add(1)
-			p.finish(pd, pd.ctx.Err())
-			return
-		case <-p.closing:
-		}
+	if p.isClosed() {
+		p.finish(pd, ErrClosed)
+		return
 	}
-	p.finish(pd, ErrClosed)
+	dlTopic, cause := p.topic(pd.r.Topic).admit(pd.r.Key)
+	if cause == nil {
+		p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
+		return
+	}
+	pd.err = cause
+	p.dl.divert(dlTopic, pd, func(err error) {
+		if err != nil {
+			p.st.stopped.Add(1) // the key is stopped, not the partition
+			p.finish(pd, fmt.Errorf("%w: key quarantined, and dead-lettering failed: %w", ErrStopped, err))
+			return
+		}
+		p.st.deadLettered.Add(1)
+		p.finish(pd, fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, cause))
+	})
 }
 
 // result takes a record's outcome from kgo: a record that failed or was

@@ -6,11 +6,11 @@ import (
 	"time"
 )
 
-// topic is what the Producer keeps for a topic with a failed partition, a
-// quarantined key, or a hold: its partitions' state machines (partition -1
-// for a failure of the whole topic, before its records were partitioned), and
-// what makes Produce for the topic leave the no-failure path. A topic with
-// none of these is forgotten.
+// topic is what the Producer keeps for a topic with a failed partition or a
+// quarantined key: its partitions' state machines (partition -1 for a failure
+// of the whole topic, before its records were partitioned), and what makes
+// Produce for the topic leave the no-failure path. A topic with neither is
+// forgotten.
 //
 // Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
 type topic struct {
@@ -25,8 +25,6 @@ type topic struct {
 	minus atomic.Bool
 
 	amu        sync.Mutex
-	blocks     int           // workers holding the topic (see refusalsBeforeHold): Produce waits
-	wake       chan struct{} // closed when blocks falls to 0
 	quarantine quarantine
 	dlTopic    map[string]string // quarantined key: its dead-letter topic
 	attn       bool              // counted in Producer.attn
@@ -75,29 +73,16 @@ func (t *topic) forget(pt *partition) {
 // forgetLocked drops the topic if it has nothing. Under p.mu and t.mu.
 func (t *topic) forgetLocked() {
 	t.amu.Lock()
-	empty := len(t.parts) == 0 && t.blocks == 0 && len(t.quarantine) == 0
+	empty := len(t.parts) == 0 && len(t.quarantine) == 0
 	t.amu.Unlock()
 	if empty && t.p.topics[t.name] == t {
 		delete(t.p.topics, t.name)
 	}
 }
 
-// block adds d to the topic's blocks: while there are any, Produce for the
-// topic waits.
-func (t *topic) block(d int) {
-	t.amu.Lock()
-	defer t.amu.Unlock()
-	t.blocks += d
-	if t.blocks == 0 && t.wake != nil {
-		close(t.wake)
-		t.wake = nil
-	}
-	t.setAttnLocked()
-}
-
 // setAttnLocked keeps the Producer's count of topics off the no-failure path.
 func (t *topic) setAttnLocked() {
-	attn := t.blocks > 0 || len(t.quarantine) > 0
+	attn := len(t.quarantine) > 0
 	if attn != t.attn {
 		t.attn = attn
 		if attn {
@@ -108,27 +93,21 @@ func (t *topic) setAttnLocked() {
 	}
 }
 
-// admit tells a Produce of the topic what to do: wait on the channel, divert
-// the record to the dead-letter topic (quarantined key), or go on (as for a
-// topic with nothing kept, nil).
-func (t *topic) admit(key []byte) (wait chan struct{}, dlTopic string, cause error) {
+// admit tells a Produce of the topic whether to divert the record to the
+// dead-letter topic (quarantined key, with its cause) or go on (as for a topic
+// with nothing kept, nil).
+func (t *topic) admit(key []byte) (dlTopic string, cause error) {
 	if t == nil {
-		return nil, "", nil
+		return "", nil
 	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
 	if key != nil {
 		if cause := t.quarantine[string(key)]; cause != nil {
-			return nil, t.dlTopic[string(key)], cause
+			return t.dlTopic[string(key)], cause
 		}
 	}
-	if t.blocks > 0 {
-		if t.wake == nil {
-			t.wake = make(chan struct{})
-		}
-		return t.wake, "", nil
-	}
-	return nil, "", nil
+	return "", nil
 }
 
 func (t *topic) quarantineRoom(key []byte) bool {
