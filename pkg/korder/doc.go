@@ -40,10 +40,12 @@
 // kgo's recovery for it; a healthy partition costs nothing, and a recovered
 // one is forgotten. A failure kgo reports for a whole topic (partition -1:
 // the topic's partitions were not known, for example an unknown topic) has a
-// state machine too; while it recovers, the topic's partitions wait for it
-// (kgo rejects records produced meanwhile). Stop stops only the failed
-// partition: kgo keeps it failed, its records fail with ErrStopped, and
-// Resume resumes it. Keys are quarantined per topic.
+// state machine too: kgo rejects the topic's records until it is recovered,
+// and the recovery partitions them; a partition that one of them fails
+// recovers on its own (kgo keeps each partition in order, whichever recovers
+// first). Stop stops only the failed partition (or topic): kgo keeps it
+// failed, its records fail with ErrStopped, and Resume resumes it. Keys are
+// quarantined per topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a

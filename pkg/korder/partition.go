@@ -112,7 +112,10 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	}
 	pt.bytes += pd.size()
 	if round {
-		pt.failedRd = true
+		// Numbered here, not when handed to kgo: a topic's records
+		// may already be another partition's by the time its worker
+		// is back from kgo.
+		pd.round, pt.failedRd = pt.round, true
 		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
 			pt.back = append(pt.back, pd) // kgo fails a round's records in order
 		} else {
@@ -155,8 +158,7 @@ func (pt *partition) run() {
 		case pt.stopped != nil:
 			pt.endLocked(nil)
 			return
-		case len(pt.inRound) > 0, // wait for the round's outcome
-			pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
+		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
 			continue
 		case pt.q.len() == 0:
@@ -362,9 +364,6 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// while the lock was released; its end waited for this.
 	pt.round = pt.p.rounds.Add(1)
 	pt.roundRest, pt.roundKept, pt.roundHi = rest, keep, taken[n-1].seq
-	for _, pd := range taken {
-		pd.round = pt.round
-	}
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)

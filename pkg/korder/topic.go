@@ -2,7 +2,6 @@ package korder
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -20,10 +19,6 @@ type topic struct {
 	mu    sync.Mutex
 	parts map[int32]*partition
 
-	// minus is set while partition -1 exists: the topic's own failure is
-	// settled before its partitions' (the small whole-topic hold).
-	minus atomic.Bool
-
 	amu        sync.Mutex
 	quarantine quarantine
 	dlTopic    map[string]string // quarantined key: its dead-letter topic
@@ -37,9 +32,6 @@ func (t *topic) partitionLocked(id int32) *partition {
 		pt = &partition{p: t.p, t: t, id: id, since: time.Now()}
 		pt.cond.L = &pt.mu
 		t.parts[id] = pt
-		if id < 0 {
-			t.minus.Store(true)
-		}
 	}
 	return pt
 }
@@ -59,14 +51,6 @@ func (t *topic) forget(pt *partition) {
 	}
 	delete(t.parts, pt.id)
 	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
-	if pt.id < 0 {
-		t.minus.Store(false)
-		for _, o := range t.parts { // partitions waiting for the topic
-			o.mu.Lock()
-			o.cond.Broadcast()
-			o.mu.Unlock()
-		}
-	}
 	t.forgetLocked()
 }
 

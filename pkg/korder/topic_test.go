@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -171,4 +172,57 @@ func topicRecoveryRun(ctx context.Context, t *testing.T, c *kfake.Cluster, run i
 // closed: the error of a record that Close failed.
 func closed(err error) bool {
 	return errors.Is(err, korder.ErrClosed) || errors.Is(err, kgo.ErrClientClosed)
+}
+
+// Issue 34, item 10: "a -1 round's record that fails into a partition keeps
+// the -1 round number". It did, and worse: the topic's worker numbered the
+// records of its round once back from kgo, when one that failed into
+// partition 0 inside the call could already be in partition 0's own round,
+// numbered by partition 0's worker under another lock: a data race, and the
+// record could leave partition 0's round with the topic's number, no longer
+// one of its suspects. A record is now numbered by the partition it comes
+// back to, when it comes back. The race detector saw it in 2 of 10 runs.
+//
+// A keyed record larger than kgo.MaxBufferedBytes fails the whole topic (a
+// new client knows nothing of it); Retry produces it again through the
+// topic's recovery, where it is too large for a batch and fails partition 0,
+// whose policies settle it (its Retry attempt is spent: Drop). The records
+// rejected by the topic meanwhile follow, in order; one of them is too large
+// too, fails partition 0 inside the topic's recovery, and is retried by
+// partition 0 at once, then dropped.
+func TestTopicRoundRecordFailsIntoAPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	hook, failed := failedHook()
+	p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), hook, kgo.MaxBufferedBytes(64 << 10), kgo.ProducerBatchMaxBytes(1 << 10)},
+		korder.WithPolicies(korder.Retry(1, 0), korder.Drop()))
+	k := keyFor("k", 0, 2)
+	ps := newPromises()
+	big := &kgo.Record{Topic: topic, Key: []byte(k), Value: bytes.Repeat([]byte("x"), 100<<10)}
+	p.Produce(ctx, big, ps.fn())
+	waitOn(ctx, t, failed, "the topic's failure")
+	large := &kgo.Record{Topic: topic, Key: []byte(k), Value: bytes.Repeat([]byte("J"), 2<<10)}
+	var exp []string
+	for i := range 200 {
+		if i == 2 {
+			p.Produce(ctx, large, ps.fn())
+		}
+		r := &kgo.Record{Topic: topic, Key: []byte(k), Value: []byte("r-" + strconv.Itoa(i))}
+		exp = append(exp, string(r.Value))
+		p.Produce(ctx, r, ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if r == big || r == large {
+			if !errors.Is(err, korder.ErrDropped) || !errors.Is(err, kerr.MessageTooLarge) {
+				t.Errorf("%.4s: got %v, expected ErrDropped wrapping MESSAGE_TOO_LARGE", r.Value, err)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", r.Value, err)
+		}
+	}
+	if s := p.Stats(); s.Retries < 1 || s.PartitionHoldTime[topic][-1] == 0 || s.PartitionHoldTime[topic][0] == 0 {
+		t.Errorf("expected a retry through the topic's recovery, and partition 0 failed: %+v", s)
+	}
+	expectLog(ctx, t, c, topic, 0, exp)
 }
