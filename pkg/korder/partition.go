@@ -518,14 +518,23 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pd := pt.inRound[r]
 	if pd != nil {
 		pt.bytes -= pd.size() // counted again if it comes back here
+		if err == nil {
+			pt.leaveRoundLocked(r) // written: no longer kept once its promise runs
+		}
 	}
 	pt.mu.Unlock()
 	if pd == nil {
 		return
 	}
 	pt.p.result(pd, r, err) // a failure comes back to its partition first
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
+	if err != nil {
+		pt.mu.Lock()
+		pt.leaveRoundLocked(r)
+		pt.mu.Unlock()
+	}
+}
+
+func (pt *partition) leaveRoundLocked(r *kgo.Record) {
 	delete(pt.inRound, r)
 	if len(pt.inRound) == 0 && pt.roundEnd != nil { // else the worker, back from kgo, ends it
 		pt.endRoundLocked()
