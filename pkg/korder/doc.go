@@ -58,18 +58,16 @@
 // MaxHeld and MaxHeldBytes bound what the Producer keeps for each failed
 // partition: the records it holds, and those it produced again that are not
 // yet written. At the bound, a record that comes back failed or rejected for
-// the partition fails with ErrHeldFull instead of being kept. Produce does
-// not wait for room: a record's partition is known only once kgo has
-// partitioned it, so waiting would hold up the topic's healthy partitions
-// too.
+// the partition fails with ErrHeldFull instead of being kept.
 //
 // Produce never waits for the Producer (only kgo's own bounds, such as
-// kgo.MaxBufferedRecords, block it). A failed partition that producers keep
-// rejecting faster than kgo's promises return is recovered once they all
-// have, which a steady stream of rejections may delay: the Producer does not
-// hold up Produce to hurry it, since that would hold up the topic's healthy
-// partitions too. Retry's first batch and Isolate's halves are produced with
-// the partition kept failed, so nothing else waits for them.
+// kgo.MaxBufferedRecords, block it): a record's partition is known only once
+// kgo has partitioned it, so waiting, for room or for a recovery, would hold
+// up the topic's healthy partitions too. A failed partition that producers
+// keep rejecting faster than kgo's promises return is recovered once they
+// all have, which a steady stream of rejections may delay. Retry's first
+// batch and Isolate's halves are produced with the partition kept failed, so
+// nothing else waits for them.
 //
 // # Hooks and locks
 //
