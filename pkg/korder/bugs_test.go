@@ -278,51 +278,6 @@ func TestForgetsRecoveredAndBoundsQuarantine(t *testing.T) {
 	}
 }
 
-// unbuffered signals each record kgo is done with (before its promise).
-type unbuffered chan struct{}
-
-func (u unbuffered) OnProduceRecordUnbuffered(*kgo.Record, error) { u <- struct{}{} }
-
-// 10. MaxHeld bounds what the Producer keeps for a failed partition with
-// kgo's default partitioner: once it keeps MaxHeld, Produce blocks (here
-// until its context ends). Each record is produced once kgo is done with the
-// one before, so that what the Producer keeps is known.
-func TestMaxHeldDefaultPartitioner(t *testing.T) {
-	ctx := testCtx(t)
-	c := newCluster(t, 2)
-	fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
-	defer fault.Remove()
-	unbuf := make(unbuffered, 1000)
-	// A backoff longer than the test: the partition stays failed, and
-	// what the Producer keeps for it only grows.
-	p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), kgo.WithHooks(unbuf)}, korder.MaxHeld(100),
-		korder.WithPolicies(korder.Retry(1, time.Hour), korder.Stop()))
-	k0 := keyFor("k", 0, 2)
-	pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer cancel()
-	ps := newPromises()
-	maxHeld := int64(0)
-	for i := range 300 {
-		p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(k0), Value: []byte{byte(i)}}, ps.fn())
-		if pctx.Err() != nil {
-			continue // blocked until its context ended
-		}
-		waitOn(ctx, t, unbuf, "kgo to finish the record")
-		maxHeld = max(maxHeld, p.Stats().Held)
-	}
-	p.Close()
-	ps.wait(ctx, t)
-	canceled := 0
-	for _, err := range ps.check(t) {
-		if errors.Is(err, context.DeadlineExceeded) {
-			canceled++
-		}
-	}
-	if canceled == 0 || maxHeld > 101 {
-		t.Fatalf("MaxHeld(100): held up to %d, %d records blocked until their context ended", maxHeld, canceled)
-	}
-}
-
 // Issue 23, item 5: a record with no topic is a usage error: kgo's own
 // error, no retry, nothing stopped; and QuarantineKeys applies to
 // DeadLetter only.

@@ -43,10 +43,12 @@
 // kgo's recovery for it; a healthy partition costs nothing, and a recovered
 // one is forgotten. A failure kgo reports for a whole topic (partition -1:
 // the topic's partitions were not known, for example an unknown topic) has a
-// state machine too; while it recovers, the topic's partitions wait for it
-// (kgo rejects records produced meanwhile). Stop stops only the failed
-// partition: kgo keeps it failed, its records fail with ErrStopped, and
-// Resume resumes it. Keys are quarantined per topic.
+// state machine too: kgo rejects the topic's records until it is recovered,
+// and the recovery partitions them; a partition that one of them fails
+// recovers on its own (kgo keeps each partition in order, whichever recovers
+// first). Stop stops only the failed partition (or topic): kgo keeps it
+// failed, its records fail with ErrStopped, and Resume resumes it. Keys are
+// quarantined per topic.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
@@ -56,13 +58,19 @@
 // them again in rounds of the bound once the partition's buffered records
 // are written.
 //
-// Produce blocks only while its topic is held: while a recovering partition
-// of the topic keeps MaxHeld records or its partitions MaxHeldBytes (unless
-// RejectWhenHeldFull), and, briefly, when producers keep a failed partition
-// so busy that a recovery is refused a thousand times in a row while its
-// rejected records keep coming back. Retry's first batch and Isolate's
-// halves are produced with the partition kept failed, so nothing else waits
-// for them.
+// MaxHeld and MaxHeldBytes bound what the Producer keeps for each failed
+// partition: the records it holds, and those it produced again that are not
+// yet written. At the bound, a record that comes back failed or rejected for
+// the partition fails with ErrHeldFull instead of being kept.
+//
+// Produce never waits for the Producer (only kgo's own bounds, such as
+// kgo.MaxBufferedRecords, block it): a record's partition is known only once
+// kgo has partitioned it, so waiting, for room or for a recovery, would hold
+// up the topic's healthy partitions too. A failed partition that producers
+// keep rejecting faster than kgo's promises return is recovered once they
+// all have, which a steady stream of rejections may delay. Retry's first
+// batch and Isolate's halves are produced with the partition kept failed, so
+// nothing else waits for them.
 //
 // # Hooks and locks
 //

@@ -3,7 +3,10 @@ package korder_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,62 +18,196 @@ import (
 	"github.com/franz-go-ordered/franz-go-ordered/pkg/korder"
 )
 
-// MaxHeldBytes, and RejectWhenHeldFull, bound what the Producer keeps for a
-// failed partition (see TestMaxHeldDefaultPartitioner for MaxHeld): once
-// the bound is reached, Produce blocks, or the records kgo rejects fail with
-// ErrHeldFull; records of the healthy partition are written meanwhile. One
-// record may be over: it was admitted before the one that filled the bound
-// came back.
-func TestMaxHeldBytes(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		opts   []korder.Opt
-		reject bool
-	}{
-		{"block", []korder.Opt{korder.MaxHeldBytes(1000)}, false},
-		{"reject", []korder.Opt{korder.MaxHeldBytes(1000), korder.RejectWhenHeldFull()}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
+// Issue 34, bug 6: MaxHeld bounds what the Producer keeps for a failed
+// partition, counting the records of a round in flight, whatever the number
+// of producing goroutines and the partitioner: eight goroutines produce to a
+// partition whose every produce fails while Retry keeps sending its failed
+// records again; what is kept never exceeds the bound, the records that do
+// not fit fail with ErrHeldFull (counted), Produce never blocks, and the
+// healthy partition is written meanwhile. Only records whose rejection had
+// come back counted, and Produce blocked at the bound: 300 of 300 Produce
+// calls returned with MaxHeld(100), 300 held; 370 with MaxHeld(50).
+func TestMaxHeldBoundsWhatIsKept(t *testing.T) {
+	for _, bound := range []int{100, 50} {
+		t.Run(strconv.Itoa(bound), func(t *testing.T) {
 			ctx := testCtx(t)
 			c := newCluster(t, 2)
 			fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
 			defer fault.Remove()
-			unbuf := make(unbuffered, 1000)
-			p := newProducer(t, c, []kgo.Opt{kgo.WithHooks(unbuf)},
-				append(tc.opts, korder.WithPolicies(korder.Retry(1, time.Hour), korder.Stop()))...)
-			pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-			defer cancel()
+			hook, failed := failedHook()
+			p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), hook}, korder.MaxHeld(bound),
+				korder.WithPolicies(korder.Retry(1<<30, time.Millisecond)))
+			keys := []string{keyFor("k", 0, 2), keyFor("k", 1, 2)}
 			ps := newPromises()
-			maxBytes := int64(0)
-			value := []byte(strings.Repeat("v", 100))
-			for i := range 30 {
-				p.Produce(pctx, &kgo.Record{Topic: topic, Partition: 0, Value: value}, ps.fn())
-				if pctx.Err() != nil {
-					continue
-				}
-				waitOn(ctx, t, unbuf, "kgo to finish the record")
-				maxBytes = max(maxBytes, p.Stats().HeldBytes)
-				if i == 20 && tc.reject {
-					if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Partition: 1, Value: value}); err != nil {
-						t.Errorf("partition 1 while 0 is full: %v", err)
+			p.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(keys[0]), Value: []byte("first/0")}, ps.fn())
+			waitOn(ctx, t, failed, "partition 0's failure")
+			var maxHeld int64
+			sampled, sampling := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(sampled)
+				for {
+					maxHeld = max(maxHeld, p.Stats().Held)
+					select {
+					case <-sampling:
+						return
+					default:
 					}
 				}
+			}()
+			// Produce must not block: the producers are done well
+			// before their context ends.
+			pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 400 {
+						k := keys[0]
+						if i%8 == 0 {
+							k = keys[1]
+						}
+						p.Produce(pctx, &kgo.Record{Topic: topic, Key: []byte(k), Value: fmt.Appendf(nil, "g%d/%d", g, i)}, ps.fn())
+					}
+				}()
 			}
-			p.Close()
+			wg.Wait()
+			blocked := pctx.Err() != nil
+			fault.Remove()
 			ps.wait(ctx, t)
-			var canceled, full int
-			for _, err := range ps.check(t) {
+			close(sampling)
+			<-sampled
+			errs := ps.check(t)
+			full := 0
+			for r, err := range errs {
 				switch {
-				case errors.Is(err, context.DeadlineExceeded):
-					canceled++
-				case errors.Is(err, korder.ErrHeldFull):
+				case err == nil:
+				case string(r.Key) == keys[0] && errors.Is(err, korder.ErrHeldFull) && errors.Is(err, kerr.InvalidRecord):
 					full++
+				case errors.Is(err, context.DeadlineExceeded):
+					blocked = true
+				default:
+					t.Errorf("%s (key %s): %v", r.Value, r.Key, err)
 				}
 			}
-			if maxBytes > 1100 || (tc.reject && full == 0) || (!tc.reject && canceled == 0) {
-				t.Fatalf("held up to %d bytes; %d blocked until their context ended, %d rejected", maxBytes, canceled, full)
+			s := p.Stats()
+			t.Logf("MaxHeld(%d): held up to %d; %d records failed with ErrHeldFull", bound, maxHeld, full)
+			if blocked || maxHeld > int64(bound)*11/10 || full == 0 || s.HeldFull != int64(full) {
+				t.Fatalf("MaxHeld(%d): Produce blocked: %v; held up to %d; %d records failed with ErrHeldFull, %d counted", bound, blocked, maxHeld, full, s.HeldFull)
 			}
+			checkWritten(ctx, t, c, errs)
 		})
+	}
+}
+
+// checkWritten checks that the records written are exactly those whose
+// promise got nil, in Produce order per producing goroutine (values
+// "<goroutine>/<i>").
+func checkWritten(ctx context.Context, t *testing.T, c *kfake.Cluster, errs map[*kgo.Record]error) {
+	t.Helper()
+	want := map[string]bool{}
+	for r, err := range errs {
+		if err == nil {
+			want[string(r.Value)] = true
+		}
+	}
+	for part := range int32(2) {
+		last := map[string]int{}
+		for _, r := range readAll(ctx, t, c, topic, part) {
+			g, n, _ := strings.Cut(string(r.Value), "/")
+			i, err := strconv.Atoi(n)
+			if err != nil {
+				continue // not produced by the scenario
+			}
+			if prev, ok := last[g]; ok && i <= prev {
+				t.Fatalf("partition %d: %s written after %s/%d", part, r.Value, g, prev)
+			}
+			last[g] = i
+			if !want[string(r.Value)] {
+				t.Fatalf("partition %d: %s written, although its promise did not say so", part, r.Value)
+			}
+			delete(want, string(r.Value))
+		}
+	}
+	if len(want) > 0 {
+		t.Fatalf("%d records whose promise got nil are not written", len(want))
+	}
+}
+
+// Issue 34, bug 2: MaxHeldBytes, per partition, never blocks a topic. Both
+// partitions stall (kgo.MaxBufferedPartitionRecords fails them, and the
+// Producer keeps what kgo rejects); partition 1 recovers while partition 0
+// holds more than MaxHeldBytes, then partition 0 recovers too. A record
+// produced to the topic afterwards is written at once. The held bytes were
+// counted per topic, and partition 1 was forgotten marked full: every
+// Produce to the topic waited until its context ended.
+func TestMaxHeldBytesDoesNotBlockTheTopic(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 2)
+	p := newProducer(t, c, []kgo.Opt{kgo.MaxBufferedPartitionRecords(2), kgo.MetadataMinAge(100 * time.Millisecond)}, korder.MaxHeldBytes(1000))
+	value := func(part int32, i int) []byte { // 100 bytes
+		return fmt.Appendf(nil, "p%d/%d/%s", part, i, strings.Repeat("v", 100))[:100]
+	}
+	for part := range int32(2) { // the topic is known
+		if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Partition: part, Value: value(part, 0)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The promises of the records kgo rejects come back once everything
+	// is produced, partition 0's first.
+	ps, ps1 := newPromises(), newPromises()
+	release := holdPromises(ctx, t, p, &kgo.Record{Topic: topic, Partition: 1, Value: value(1, 1)}, ps1.fn())
+	var stalls [2]*kfake.FaultHandle
+	for part := range int32(2) {
+		stalls[part] = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{part}, Err: kerr.NotEnoughReplicas, Count: -1})
+		defer stalls[part].Remove()
+	}
+	// Two records each, which kgo retries: the partitions are stalled.
+	for i := range 2 {
+		for part, ps := range []*promises{ps, ps1} {
+			p.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(part), Value: value(int32(part), 2+i)}, ps.fn())
+		}
+	}
+	for _, stall := range stalls {
+		if err := stall.Wait(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 12 { // kept, 1000 bytes, and rejected with ErrHeldFull
+		p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 0, Value: value(0, 4+i)}, ps.fn())
+	}
+	p.Produce(ctx, &kgo.Record{Topic: topic, Partition: 1, Value: value(1, 4)}, ps1.fn())
+	close(release)
+	// Partition 1 has a state machine once its record came back, after
+	// partition 0's.
+	for p.Stats().PartitionHoldTime[topic][1] == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatal("partition 1's record did not come back")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	stalls[1].Remove()
+	ps1.wait(ctx, t)
+	for r, err := range ps1.check(t) {
+		if err != nil {
+			t.Fatalf("%.5s: %v", r.Value, err)
+		}
+	}
+	stalls[0].Remove()
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if err != nil && !errors.Is(err, korder.ErrHeldFull) {
+			t.Fatalf("%.5s: %v", r.Value, err)
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for part := range int32(2) {
+		if err := produceSync(pctx, p, &kgo.Record{Topic: topic, Partition: part, Value: []byte("after")}); err != nil {
+			t.Fatalf("a record produced to partition %d once both recovered: %v; %+v", part, err, p.Stats())
+		}
 	}
 }
 

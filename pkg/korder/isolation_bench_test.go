@@ -54,12 +54,9 @@ import (
 //     that kgo fails partition 0's records after RecordRetries(2) within
 //     the window (the korder issue's "retryable error that kgo fails
 //     after RecordRetries(2)").
-//   - held=defaults: korder's default bounds (MaxHeldBytes 64 MiB, no
-//     MaxHeld); held=MaxHeld10000: MaxHeld(10000), the former default,
-//     which blocks Produce, and with it every partition's records, once
-//     partition 0 holds 10000; held=reject: MaxHeld(10000) with
-//     RejectWhenHeldFull, which fails what does not fit with ErrHeldFull
-//     (failed-records).
+//   - held=defaults: korder's default bounds (MaxHeldBytes 64 MiB per
+//     partition, no MaxHeld); held=MaxHeld10000: MaxHeld(10000), which
+//     fails what partition 0 cannot keep with ErrHeldFull (failed-records).
 func BenchmarkIsolation(b *testing.B) {
 	helds := []struct {
 		name string
@@ -67,7 +64,6 @@ func BenchmarkIsolation(b *testing.B) {
 	}{
 		{"defaults", nil},
 		{"MaxHeld10000", []korder.Opt{korder.MaxHeld(10000)}},
-		{"reject", []korder.Opt{korder.MaxHeld(10000), korder.RejectWhenHeldFull()}},
 	}
 	for _, brokers := range []int{2, 1} {
 		for _, fault := range []string{"hold", "invalid", "retryable", "retryablefail"} {

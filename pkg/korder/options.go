@@ -28,10 +28,10 @@ var (
 	// carries to the next policy (the promise's error wraps it).
 	ErrDeadLetterFailed = errors.New("korder: dead-letter write failed")
 
-	// ErrHeldFull is the error a record's promise gets, with
-	// RejectWhenHeldFull, when its partition is recovering and what the
-	// Producer keeps for it is at MaxHeld or MaxHeldBytes. The record is not
-	// written.
+	// ErrHeldFull is the error (wrapping the cause) a record's promise gets
+	// when its partition failed and what the Producer keeps for it is at
+	// MaxHeld or MaxHeldBytes. The record is not written and, as with Drop,
+	// records produced after it may be. Stats.HeldFull counts them.
 	ErrHeldFull = errors.New("korder: held queue full while the partition recovers")
 
 	// ErrClosed is the error a record's promise gets if the Producer is
@@ -53,7 +53,6 @@ type config struct {
 	maxHeld        int // per partition; 0: no bound
 	maxHeldBytes   int64
 	maxQuarantined int
-	rejectWhenFull bool
 	invalid        string
 }
 
@@ -108,26 +107,27 @@ func WithPolicies(policies ...Policy) Opt {
 	return func(c *config) { c.policies = policies }
 }
 
-// MaxHeld bounds how many failed and rejected records the Producer keeps for
-// one partition while it recovers, whatever the partitioner. There is no such
-// bound by default (MaxHeldBytes bounds the bytes). When a partition is at
-// the bound, Produce for its topic blocks until the partition has room again
-// or the Produce context is done; with RejectWhenHeldFull, the records kgo
-// rejects for the full partition fail with ErrHeldFull instead, and Produce
-// does not block.
+// MaxHeld bounds how many records the Producer keeps for one failed
+// partition (or topic) while it recovers: the failed and rejected records it
+// holds, and those it produced again that are not yet written. There is no
+// such bound by default (MaxHeldBytes bounds the bytes). At the bound, each
+// further record that comes back failed or rejected for the partition fails
+// with ErrHeldFull instead of being kept.
+//
+// Produce never blocks on these bounds: a record's partition is known only
+// once kgo has partitioned it, so blocking would hold up every partition of
+// the topic, not only the failed one. The topic's healthy partitions, and
+// other topics, keep flowing.
 func MaxHeld(n int) Opt {
 	return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n })
 }
 
-// MaxHeldBytes bounds the bytes the Producer keeps for the recovering
-// partitions of a topic: the sum of the key, value and header sizes of their
-// failed and rejected records. The default is DefaultMaxHeldBytes (64 MiB,
-// some 600000 records of 100 bytes). At the bound, Produce for the topic
-// blocks as with MaxHeld, or with RejectWhenHeldFull records fail with
-// ErrHeldFull.
-//
-// A Produce that blocks blocks the producing goroutine, and so the records it
-// would produce next to healthy partitions.
+// MaxHeldBytes bounds the bytes the Producer keeps for one failed partition
+// (or topic), as MaxHeld bounds the records: the sum of the key, value and
+// header sizes of the records counted by MaxHeld. A record that would take
+// the partition past the bound fails with ErrHeldFull. The default is
+// DefaultMaxHeldBytes (64 MiB, some 600000 records of 100 bytes) per
+// partition.
 func MaxHeldBytes(n int64) Opt {
 	return atLeast1("MaxHeldBytes", n, func(c *config) { c.maxHeldBytes = n })
 }
@@ -139,13 +139,4 @@ func MaxHeldBytes(n int64) Opt {
 // to the next policy, as if the dead-letter topic had failed.
 func MaxQuarantinedKeys(n int) Opt {
 	return atLeast1("MaxQuarantinedKeys", n, func(c *config) { c.maxQuarantined = n })
-}
-
-// RejectWhenHeldFull makes records that a recovering partition rejects
-// while it is at MaxHeld or MaxHeldBytes fail at once with ErrHeldFull,
-// instead of making Produce block: the producing goroutine keeps producing
-// to the healthy partitions. A rejected record is not written and, as with
-// Drop, records produced after it may be. Off by default.
-func RejectWhenHeldFull() Opt {
-	return func(c *config) { c.rejectWhenFull = true }
 }

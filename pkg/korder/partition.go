@@ -49,11 +49,8 @@ type partition struct {
 	resumed   uint64                         // after Resume until recovered: records up to this seq that come back are stopped
 	stopCause error                          // the error of the Stop that Resume ended
 	worker    bool                           // the worker goroutine runs
-	holding   bool                           // the worker holds the topic: records keep coming back under load
-	full      bool                           // at MaxHeld (the topic's full count includes it)
+	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
 	arrived   uint64                         // records that came back (failed or rejected)
-	tried     uint64                         // arrived at the last refused recovery
-	refused   int                            // recoveries refused in a row with records still coming back
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
@@ -95,9 +92,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		// recovered, or a transaction abort recovered it.
 		pt.failure = fe
 	}
-	if !pd.rejected {
-		pt.ownOf = fe
-	}
+	round := pt.inRound[pd.r] == pd // counted already
 	pt.arrived++
 	defer pt.cond.Broadcast()
 	switch {
@@ -110,12 +105,19 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		// Produced before Resume: stopped.
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
-	case pd.rejected && pt.p.cfg.rejectWhenFull && pt.atBoundLocked():
+	case !round && pt.fullLocked(pd):
 		pt.p.st.heldFull.Add(1)
 		return fmt.Errorf("%w: %w", ErrHeldFull, err)
 	}
-	if pt.inRound[pd.r] == pd {
-		pt.failedRd = true
+	if !pd.rejected {
+		pt.ownOf = fe
+	}
+	pt.bytes += pd.size()
+	if round {
+		// Numbered here, not when handed to kgo: a topic's records
+		// may already be another partition's by the time its worker
+		// is back from kgo.
+		pd.round, pt.failedRd = pt.round, true
 		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
 			pt.back = append(pt.back, pd) // kgo fails a round's records in order
 		} else {
@@ -124,28 +126,17 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	} else {
 		pt.q.insert(pd)
 	}
-	pt.t.heldBytes.Add(pd.size())
-	pt.checkFullLocked()
 	pt.startLocked()
 	return nil
 }
 
-func (pt *partition) atBoundLocked() bool {
-	return (pt.p.cfg.maxHeld > 0 && pt.q.len()+len(pt.back) >= pt.p.cfg.maxHeld) || pt.t.heldBytes.Load() >= pt.p.cfg.maxHeldBytes
-}
-
-// checkFullLocked makes Produce for the topic block while the partition is
-// at its bound (unless RejectWhenHeldFull).
-func (pt *partition) checkFullLocked() {
-	full := !pt.p.cfg.rejectWhenFull && pt.atBoundLocked()
-	if full != pt.full {
-		pt.full = full
-		if full {
-			pt.t.block(1)
-		} else {
-			pt.t.block(-1)
-		}
-	}
+// fullLocked tells whether keeping pd would take the partition past MaxHeld
+// or MaxHeldBytes, counting the records of the round in flight, which kgo
+// may be failing: a record kept, or rejected with ErrHeldFull, comes back
+// under this lock, so what is kept never exceeds the bounds.
+func (pt *partition) fullLocked(pd *pending) bool {
+	n := pt.q.len() + len(pt.back) + len(pt.inRound)
+	return pt.p.cfg.maxHeld > 0 && n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
 }
 
 func (pt *partition) startLocked() {
@@ -169,8 +160,7 @@ func (pt *partition) run() {
 		case pt.stopped != nil:
 			pt.endLocked(nil)
 			return
-		case len(pt.inRound) > 0, // wait for the round's outcome
-			pt.id >= 0 && pt.t.minus.Load(): // the topic's own failure goes first
+		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
 			continue
 		case pt.q.len() == 0:
@@ -289,8 +279,7 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	if !pt.q.remove(pd) {
 		return
 	}
-	pt.t.heldBytes.Add(-pd.size())
-	pt.checkFullLocked()
+	pt.bytes -= pd.size()
 	pt.mu.Unlock()
 	pt.p.finish(pd, err)
 	pt.mu.Lock()
@@ -302,15 +291,11 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 func (pt *partition) stopLocked(cause error) {
 	pt.stopped, pt.from = fmt.Errorf("%w: %w", ErrStopped, cause), 0
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
-	pt.releaseLocked()
 	// Only the records kept now: a Resume while the lock is released for
 	// a promise keeps the records produced after it (arriveLocked).
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
 	for _, pd := range rs {
-		pt.t.heldBytes.Add(-pd.size())
-	}
-	pt.checkFullLocked()
-	for _, pd := range rs {
+		pt.bytes -= pd.size()
 		pt.p.st.stopped.Add(1)
 		pt.mu.Unlock()
 		pt.p.finish(pd, err)
@@ -320,7 +305,6 @@ func (pt *partition) stopLocked(cause error) {
 
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
-	pt.releaseLocked()
 	pt.q.insertFront(pt.back)
 	pt.back = nil
 	for err != nil && pt.q.len() > 0 {
@@ -344,15 +328,6 @@ func (pt *partition) produceLocked(n int, rest bool) {
 	}
 	pt.quarantinedLocked(n)
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
-		if pt.refused >= refusalsBeforeHold && !pt.holding {
-			// Producers keep the partition rejecting faster than its
-			// promises return: hold the topic until they all did.
-			pt.holding = true
-			pt.mu.Unlock()
-			pt.t.block(1)
-			pt.mu.Lock()
-			continue
-		}
 		err := pt.recoverLocked(n, rest)
 		switch {
 		case err == nil, pt.failure == nil: // recovered, or kgo refused for good
@@ -405,11 +380,6 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// while the lock was released; its end waited for this.
 	pt.round = pt.p.rounds.Add(1)
 	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
-	for _, pd := range taken {
-		pd.round = pt.round
-		pt.t.heldBytes.Add(-pd.size())
-	}
-	pt.checkFullLocked()
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
@@ -468,9 +438,8 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 // acceptedLocked takes kgo's acceptance of a recovery of failure f: the
 // partition is now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
-	pt.settled, pt.refused, pt.wait = false, 0, 0
+	pt.settled, pt.wait = false, 0
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
-	pt.releaseLocked()                // nothing is missing any more
 	switch {
 	case still == f:
 		// A topic whose records produced during its recovery were
@@ -487,23 +456,22 @@ func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	}
 }
 
-// refusedLocked takes kgo's refusal of a recovery of failure f: for promises
-// still to return, it counts (see refusalsBeforeHold); if kgo failed the
-// partition anew since, the new failure is the partition's; if kgo refuses
-// for good, the kept records are settled.
+// refusedLocked takes kgo's refusal of a recovery of failure f: if kgo
+// failed the partition anew since, the new failure is the partition's; if kgo
+// refuses for good, the kept records are settled. A refusal for promises
+// still to return is waited out (waitPendingLocked): producers may keep a
+// failed partition rejecting faster than its promises return, but the
+// Producer does not hold up Produce for it, since that would hold up every
+// partition of the topic.
 func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
 	var g *kgo.ErrProducePartitionFailed
 	switch {
 	case errors.Is(err, kgo.ErrRecoveryPending):
-		if pt.arrived != pt.tried {
-			pt.refused++ // records keep coming back
-		}
-		pt.tried = pt.arrived
 	case errors.As(err, &g) && g != f:
 		// kgo failed the partition anew since (a transaction abort
 		// recovered f): the records kept go with the new failure,
 		// before its own, in Produce order.
-		pt.failure, pt.refused, pt.wait = g, 0, 0
+		pt.failure, pt.wait = g, 0
 	default:
 		pt.unprotectedLocked(err)
 	}
@@ -536,8 +504,7 @@ func (pt *partition) wake() {
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
 	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from = nil, nil, nil, false, 0, 0
-	pt.refused, pt.wait = 0, 0
-	pt.releaseLocked()
+	pt.wait = 0
 	for pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, pd.err)
@@ -562,8 +529,7 @@ func (pt *partition) quarantinedLocked(n int) {
 	pt.t.amu.Unlock()
 	for i, pd := range rs {
 		pt.q.remove(pd)
-		pt.t.heldBytes.Add(-pd.size())
-		pt.checkFullLocked()
+		pt.bytes -= pd.size()
 		pt.mu.Unlock()
 		pt.p.divertKeyed(pt.t, pd, qs[i], func(err error) { pt.p.finish(pd, err) })
 		pt.mu.Lock()
@@ -591,13 +557,25 @@ func (pt *partition) settleCanceledLocked(n int) bool {
 func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
 	pd := pt.inRound[r]
+	if pd != nil {
+		pt.bytes -= pd.size() // counted again if it comes back here
+		if err == nil {
+			pt.leaveRoundLocked(r) // written: no longer kept once its promise runs
+		}
+	}
 	pt.mu.Unlock()
 	if pd == nil {
 		return
 	}
 	pt.p.result(pd, r, err) // a failure comes back to its partition first
-	pt.mu.Lock()
-	defer pt.mu.Unlock()
+	if err != nil {
+		pt.mu.Lock()
+		pt.leaveRoundLocked(r)
+		pt.mu.Unlock()
+	}
+}
+
+func (pt *partition) leaveRoundLocked(r *kgo.Record) {
 	delete(pt.inRound, r)
 	if len(pt.inRound) == 0 && pt.roundEnd != nil { // else the worker, back from kgo, ends it
 		pt.endRoundLocked()
@@ -619,14 +597,6 @@ func (pt *partition) endRoundLocked() {
 		pt.settled = true // the rest follows, past the policies
 	}
 	pt.cond.Broadcast()
-}
-
-// releaseLocked ends the worker's hold of the topic.
-func (pt *partition) releaseLocked() {
-	if pt.holding {
-		pt.holding = false
-		pt.t.block(-1)
-	}
 }
 
 // resumeLocked ends a Stop: the records produced up to seq (before Resume)
@@ -686,8 +656,3 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 	}
 	return err
 }
-
-// refusalsBeforeHold is how many refused recoveries in a row, with records
-// coming back between them, make the worker hold the topic, so that the
-// failure's promises can all return.
-const refusalsBeforeHold = 1000

@@ -26,8 +26,8 @@ type Producer struct {
 
 	// The no-failure path: in numbers the records produced, out counts the
 	// promises returned (producing goroutines and kgo's promise goroutine
-	// write one each); attn counts what takes Produce off that path (holds,
-	// quarantines, Close). attn and ring (see carrier.go) are read-mostly.
+	// write one each); attn counts what takes Produce off that path
+	// (quarantines, Close). attn and ring (see carrier.go) are read-mostly.
 	in   atomic.Uint64
 	_    [56]byte
 	out  atomic.Uint64
@@ -151,9 +151,9 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 // back. A nil record, and a record to a dead-letter topic of the policies,
 // fail at once with an error.
 //
-// Produce blocks while the record's topic is held (Isolate bisecting, a
-// partition at MaxHeld or MaxHeldBytes) until the hold ends or ctx is done,
-// in which case the promise gets ctx's error. As with kgo, a promise must not
+// Produce blocks only where kgo's Produce does (kgo.MaxBufferedRecords), never
+// for the Producer's own state: not for MaxHeld or MaxHeldBytes, nor while a
+// partition recovers. As with kgo, a promise must not
 // block, and must not call Flush or Close; produce from a promise in a
 // goroutine of its own.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
@@ -184,27 +184,16 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 
 // produceSlow is Produce while something takes it off the no-failure path.
 func (p *Producer) produceSlow(pd *pending) {
-	for !p.isClosed() {
-		t := p.topic(pd.r.Topic)
-		wait, q, ok := t.admit(pd.r.Key, pd.seq)
-		if ok {
-			p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
-			return
-		}
-		if wait == nil {
-			p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
-			return
-		}
-		select {
-		case <-wait:
-		case <-pd.ctx.Done():
-			p.st.canceled.Add(1)
-			p.finish(pd, pd.ctx.Err())
-			return
-		case <-p.closing:
-		}
+	if p.isClosed() {
+		p.finish(pd, ErrClosed)
+		return
 	}
-	p.finish(pd, ErrClosed)
+	t := p.topic(pd.r.Topic)
+	if q, ok := t.admit(pd.r.Key, pd.seq); ok {
+		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
+		return
+	}
+	p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
 }
 
 // result takes a record's outcome from kgo: a record that failed or was

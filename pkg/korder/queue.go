@@ -18,7 +18,7 @@ type pending struct {
 	err      error  // the last error kgo failed the record with
 	rejected bool   // err is kgo's failure itself: the record was rejected, not failed
 	attempts int    // Retry attempts
-	round    uint64 // the recovery round that produced it again last
+	round    uint64 // the recovery round it last came back failed from
 }
 
 // size is what a record counts for against MaxHeldBytes: its key, value and

@@ -19,10 +19,10 @@ type Stats struct {
 	DeadLettered int64 // records diverted to a dead-letter topic
 	Dropped      int64 // records dropped by Drop
 	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or of a stopped key
-	HeldFull     int64 // records failed with ErrHeldFull (RejectWhenHeldFull)
+	HeldFull     int64 // records failed with ErrHeldFull (MaxHeld, MaxHeldBytes)
 	Canceled     int64 // records settled with their own context's error, outside the policies
 	Quarantined  int64 // keys quarantined now
-	Held         int64 // failed and rejected records kept now, to settle or produce again
+	Held         int64 // failed and rejected records kept now, to settle or produce again, or produced again and not yet written
 	HeldBytes    int64 // their bytes (see MaxHeldBytes)
 
 	// PartitionHoldTime is, per topic and partition, the total time the
@@ -62,11 +62,11 @@ func (p *Producer) Stats() Stats {
 		t.mu.Lock()
 		for _, pt := range t.parts {
 			pt.mu.Lock()
-			s.Held += int64(pt.q.len() + len(pt.back))
+			s.Held += int64(pt.q.len() + len(pt.back) + len(pt.inRound))
+			s.HeldBytes += pt.bytes
 			addHoldTime(s.PartitionHoldTime, t.name, pt.id, time.Since(pt.since))
 			pt.mu.Unlock()
 		}
-		s.HeldBytes += t.heldBytes.Load()
 		t.amu.Lock()
 		s.Quarantined += int64(len(t.quarantine.keys()))
 		t.amu.Unlock()

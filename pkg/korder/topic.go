@@ -2,15 +2,14 @@ package korder
 
 import (
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
-// topic is what the Producer keeps for a topic with a failed partition, a
-// quarantined key, or a hold: its partitions' state machines (partition -1
-// for a failure of the whole topic, before its records were partitioned), and
-// what makes Produce for the topic leave the no-failure path. A topic with
-// none of these is forgotten.
+// topic is what the Producer keeps for a topic with a failed partition or a
+// quarantined key: its partitions' state machines (partition -1 for a failure
+// of the whole topic, before its records were partitioned), and what makes
+// Produce for the topic leave the no-failure path. A topic with neither is
+// forgotten.
 //
 // Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
 type topic struct {
@@ -20,14 +19,7 @@ type topic struct {
 	mu    sync.Mutex
 	parts map[int32]*partition
 
-	// minus is set while partition -1 exists: the topic's own failure is
-	// settled before its partitions' (the small whole-topic hold).
-	minus     atomic.Bool
-	heldBytes atomic.Int64 // what its partitions keep (MaxHeldBytes)
-
 	amu        sync.Mutex
-	blocks     int           // Isolate holds and full partitions: Produce waits
-	wake       chan struct{} // closed when blocks falls to 0
 	quarantine quarantine
 	attn       bool // counted in Producer.attn
 }
@@ -39,9 +31,6 @@ func (t *topic) partitionLocked(id int32) *partition {
 		pt = &partition{p: t.p, t: t, id: id, since: time.Now()}
 		pt.cond.L = &pt.mu
 		t.parts[id] = pt
-		if id < 0 {
-			t.minus.Store(true)
-		}
 	}
 	return pt
 }
@@ -61,43 +50,22 @@ func (t *topic) forget(pt *partition) {
 	}
 	delete(t.parts, pt.id)
 	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
-	if pt.id < 0 {
-		t.minus.Store(false)
-		for _, o := range t.parts { // partitions waiting for the topic
-			o.mu.Lock()
-			o.cond.Broadcast()
-			o.mu.Unlock()
-		}
-	}
 	t.forgetLocked()
 }
 
 // forgetLocked drops the topic if it has nothing. Under p.mu and t.mu.
 func (t *topic) forgetLocked() {
 	t.amu.Lock()
-	empty := len(t.parts) == 0 && t.blocks == 0 && len(t.quarantine) == 0
+	empty := len(t.parts) == 0 && len(t.quarantine) == 0
 	t.amu.Unlock()
 	if empty && t.p.topics[t.name] == t {
 		delete(t.p.topics, t.name)
 	}
 }
 
-// block adds d to the topic's blocks: while there are any, Produce for the
-// topic waits.
-func (t *topic) block(d int) {
-	t.amu.Lock()
-	defer t.amu.Unlock()
-	t.blocks += d
-	if t.blocks == 0 && t.wake != nil {
-		close(t.wake)
-		t.wake = nil
-	}
-	t.setAttnLocked()
-}
-
 // setAttnLocked keeps the Producer's count of topics off the no-failure path.
 func (t *topic) setAttnLocked() {
-	attn := t.blocks > 0 || len(t.quarantine) > 0
+	attn := len(t.quarantine) > 0
 	if attn != t.attn {
 		t.attn = attn
 		if attn {
@@ -108,23 +76,14 @@ func (t *topic) setAttnLocked() {
 	}
 }
 
-// admit tells a Produce of the topic what to do: divert the record numbered
-// seq with key (its key is quarantined: ok), wait on the channel, or go on
-// (as for a topic with nothing kept, nil).
-func (t *topic) admit(key []byte, seq uint64) (wait chan struct{}, q quarantined, ok bool) {
+// admit tells a Produce of the topic whether to divert the record numbered
+// seq with key (its key is quarantined: ok) or go on (as for a topic with
+// nothing kept).
+func (t *topic) admit(key []byte, seq uint64) (q quarantined, ok bool) {
 	if t == nil {
-		return nil, q, false
+		return q, false
 	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	if q, ok = t.quarantinedLocked(key, seq); ok {
-		return nil, q, true
-	}
-	if t.blocks > 0 {
-		if t.wake == nil {
-			t.wake = make(chan struct{})
-		}
-		return t.wake, q, false
-	}
-	return nil, q, false
+	return t.quarantinedLocked(key, seq)
 }

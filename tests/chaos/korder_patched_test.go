@@ -20,11 +20,11 @@ import (
 func korderPolicies(side string) []korder.Policy {
 	switch side {
 	case "korder-retry":
-		return []korder.Policy{korder.Retry(3, 5*time.Millisecond)} // then Stop
+		return []korder.Policy{korder.Retry(3, 5*time.Millisecond)} // then Drop
 	case "korder-isolate":
 		return []korder.Policy{korder.Isolate(), korder.Drop()}
 	case "korder-deadletter":
-		return []korder.Policy{korder.DeadLetter(dlqTopic).QuarantineKeys()} // then Stop
+		return []korder.Policy{korder.DeadLetter(dlqTopic).QuarantineKeys()} // then Drop
 	case "korder-drop":
 		return []korder.Policy{korder.Drop()}
 	case "korder-stop":
@@ -58,6 +58,8 @@ func korderOutcome(err error) string {
 		return "dead-lettered"
 	case errors.Is(err, korder.ErrStopped):
 		return "stopped"
+	case errors.Is(err, korder.ErrHeldFull):
+		return "held-full"
 	case errors.Is(err, korder.ErrClosed):
 		return "closed"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
