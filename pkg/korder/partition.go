@@ -393,6 +393,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		pd.round = pt.round
 		pt.t.heldBytes.Add(-pd.size())
 	}
+	pt.p.handed(n)
 	pt.checkFullLocked()
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
