@@ -313,6 +313,28 @@ func (p *Producer) waitHeld(ctx context.Context) error {
 	}
 }
 
+// ProduceSync produces rs as Produce does and returns once every promise
+// has been called: the results in the order of rs, as
+// kgo.Client.ProduceSync. Where kgo stops lingering on the partitions of rs,
+// ProduceSync flushes the client while it waits, if it lingers or flushes
+// manually.
+func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	res := make(kgo.ProduceResults, len(rs))
+	var wg sync.WaitGroup
+	wg.Add(len(rs))
+	for i, r := range rs {
+		p.Produce(ctx, r, func(r *kgo.Record, err error) {
+			res[i] = kgo.ProduceResult{Record: r, Err: err}
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	p.flushUntil(done)
+	wg.Wait()
+	close(done)
+	return res
+}
+
 // flushUntil flushes the client until done is closed, if it would linger on
 // (or never send) the records of a recovery round or a dead-letter write.
 func (p *Producer) flushUntil(done chan struct{}) {
