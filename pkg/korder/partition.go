@@ -380,6 +380,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// while the lock was released; its end waited for this.
 	pt.round = pt.p.rounds.Add(1)
 	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
+	pt.p.handed(n)
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)

@@ -22,30 +22,30 @@ type Producer struct {
 	always       bool  // kgo.DefaultProduceTopicAlways
 	lingers      bool  // the client lingers or flushes manually: rounds flush it
 	manual       bool  // kgo.ManualFlushing
+	counted      bool  // kgo may fail any record unbuffered: manual flushing, transactions
 	bound        int64 // kgo.MaxBufferedPartitionRecords
+	maxBytes     int64 // kgo.MaxBufferedBytes
 
-	// The no-failure path: in numbers the records produced, out counts the
-	// promises returned (producing goroutines and kgo's promise goroutine
-	// write one each); attn counts what takes Produce off that path
-	// (quarantines, Close). attn and ring (see carrier.go) are read-mostly.
-	in   atomic.Uint64
-	_    [56]byte
-	out  atomic.Uint64
-	_    [56]byte
+	// seq numbers the records produced; attn counts what takes Produce off
+	// the no-failure path (holds, quarantines, Close). Both are read on it.
+	seq  atomic.Uint64
 	attn atomic.Int32
-	ring atomic.Pointer[carrierRing]
-	_    [48]byte
 
-	misses   atomic.Uint64 // records that found no free carrier (see resize)
-	resizing atomic.Bool
+	// held counts the records the Producer holds: taken from kgo with a
+	// failure and not yet finished or handed back, in Produce's slow path,
+	// or produced where kgo may fail them unbuffered (see carry). Records
+	// handed back to kgo are counted in moved first (see drained).
+	held    atomic.Int64
+	moved   atomic.Uint64
+	waiters atomic.Int32 // Flush calls waiting for held to fall to 0
+	idleMu  sync.Mutex
+	idle    chan struct{} // closed when held falls to 0 with waiters
 
 	rounds atomic.Uint64 // numbers the recovery rounds of every partition
 
-	closing chan struct{}
-	closed  atomic.Bool
-	waiters atomic.Int32 // Flush and Close calls waiting for out to reach in
-	idleMu  sync.Mutex
-	idle    chan struct{}
+	closing   chan struct{}
+	closed    atomic.Bool
+	closeOnce sync.Once
 
 	mu       sync.Mutex
 	topics   map[string]*topic
@@ -77,7 +77,6 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
-	p.ring.Store(p.newCarrierRing(minCarriers))
 	p.dl = newDeadLetters(p.cfg.policies)
 	p.dl.closing = p.closing
 	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
@@ -96,6 +95,9 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		cl.Close()
 		return nil, fmt.Errorf("korder: the default produce topic %q is a dead-letter topic", p.defaultTopic)
 	}
+	p.maxBytes, _ = cl.OptValue(kgo.MaxBufferedBytes).(int64)
+	txn := cl.OptValues(kgo.TransactionalID)
+	p.counted = p.manual || len(txn) == 2 && txn[1] == true
 	return p, nil
 }
 
@@ -174,16 +176,25 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise(r, fmt.Errorf("korder: %q is a dead-letter topic: the Producer does not produce to it", r.Topic))
 		return
 	}
-	seq := p.in.Add(1)
-	if p.attn.Load() == 0 {
-		p.carry(ctx, r, promise, seq)
+	seq := p.seq.Add(1)
+	if p.attn.Load() != 0 {
+		p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
 		return
 	}
-	p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
+	// kgo fails a record before buffering it (not counted buffered) for
+	// no topic or a size over kgo.MaxBufferedBytes; with manual flushing
+	// or a transaction, for a full buffer or no transaction too.
+	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes
+	if unbuffered {
+		p.hold(1)
+	}
+	p.carry(ctx, r, promise, seq, unbuffered)
 }
 
 // produceSlow is Produce while something takes it off the no-failure path.
+// The record is held until its promise has returned.
 func (p *Producer) produceSlow(pd *pending) {
+	p.hold(1)
 	if p.isClosed() {
 		p.finish(pd, ErrClosed)
 		return
@@ -193,33 +204,69 @@ func (p *Producer) produceSlow(pd *pending) {
 		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 		return
 	}
-	p.carry(pd.ctx, pd.r, pd.promise, pd.seq)
+	p.carry(pd.ctx, pd.r, pd.promise, pd.seq, true)
+}
+
+// carry gives a record to kgo, with one closure as its promise; a record
+// counted held (p.hold(1)) is counted out once its promise has returned. The
+// closure is kept small (it is the only allocation on the no-failure path):
+// the context travels in the record's Context, as kgo sets it, if it has
+// none of its own.
+func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64, counted bool) {
+	if r.Context == nil && !counted {
+		r.Context = ctx
+		p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err != nil {
+				p.result(&pending{seq: seq, ctx: r.Context, r: r, promise: promise}, r, err)
+				return
+			}
+			promise(r, nil)
+		})
+		return
+	}
+	p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		if err != nil {
+			p.result(&pending{seq: seq, ctx: ctx, r: r, promise: promise}, r, err)
+		} else {
+			promise(r, nil)
+		}
+		if counted {
+			p.hold(-1)
+		}
+	})
 }
 
 // result takes a record's outcome from kgo: a record that failed or was
 // rejected with a failure of its partition (or topic) goes to that failure's
-// state machine; anything else to the record's promise.
+// state machine, which holds it; anything else to the record's promise.
+// Called from kgo's promise, which kgo counts out of its buffered records
+// only after it returns: held counts a kept record first.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
 		pt := p.lockPartition(fe.Topic, fe.Partition)
 		settle := pt.arriveLocked(pd, fe, err)
+		if settle == nil {
+			p.hold(1) // before the worker may settle it
+		}
 		pt.mu.Unlock()
 		if settle == nil {
 			return
 		}
 		err = settle
 	}
-	p.finish(pd, err)
+	pd.promise(r, err)
 }
 
-// finish calls a record's promise, and counts it out.
-func (p *Producer) finish(pd *pending, err error) { p.done(pd.promise, pd.r, err) }
+// finish calls the promise of a record the Producer holds, and counts it out.
+func (p *Producer) finish(pd *pending, err error) {
+	pd.promise(pd.r, err)
+	p.hold(-1)
+}
 
-func (p *Producer) done(promise func(*kgo.Record, error), r *kgo.Record, err error) {
-	promise(r, err)
-	n := p.out.Add(1)
-	if p.waiters.Load() > 0 && n == p.in.Load() {
+// hold adds n to the records held, waking Flush calls if they fall to 0.
+func (p *Producer) hold(n int64) {
+	if p.held.Add(n) == 0 && p.waiters.Load() > 0 {
 		p.idleMu.Lock()
 		close(p.idle)
 		p.idle = make(chan struct{})
@@ -227,15 +274,32 @@ func (p *Producer) done(promise func(*kgo.Record, error), r *kgo.Record, err err
 	}
 }
 
-// waitIdle waits until every record produced has been settled.
-func (p *Producer) waitIdle(ctx context.Context) error {
+// handed counts n held records out once kgo took them back (and counts them
+// buffered).
+func (p *Producer) handed(n int) {
+	p.moved.Add(1)
+	p.hold(-int64(n))
+}
+
+// drained tells whether nothing is held nor buffered in kgo. Each record
+// produced is always counted in one or the other (kgo counts a record out
+// after its promise, which counts it held if kept; a record handed back is
+// counted buffered before it is counted out of held), unless it is handed
+// back between the two reads, which moved tells.
+func (p *Producer) drained() bool {
+	m := p.moved.Load()
+	return p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m
+}
+
+// waitHeld waits until no record is held.
+func (p *Producer) waitHeld(ctx context.Context) error {
 	p.waiters.Add(1)
 	defer p.waiters.Add(-1)
 	for {
 		p.idleMu.Lock()
 		idle := p.idle
 		p.idleMu.Unlock()
-		if p.out.Load() == p.in.Load() {
+		if p.held.Load() == 0 {
 			return nil
 		}
 		select {
@@ -244,6 +308,28 @@ func (p *Producer) waitIdle(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// ProduceSync produces rs as Produce does and returns once every promise
+// has been called: the results in the order of rs, as
+// kgo.Client.ProduceSync. Where kgo stops lingering on the partitions of rs,
+// ProduceSync flushes the client while it waits, if it lingers or flushes
+// manually.
+func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
+	res := make(kgo.ProduceResults, len(rs))
+	var wg sync.WaitGroup
+	wg.Add(len(rs))
+	for i, r := range rs {
+		p.Produce(ctx, r, func(r *kgo.Record, err error) {
+			res[i] = kgo.ProduceResult{Record: r, Err: err}
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	p.flushUntil(done)
+	wg.Wait()
+	close(done)
+	return res
 }
 
 // flushUntil flushes the client until done is closed, if it would linger on
@@ -266,25 +352,38 @@ func (p *Producer) flushUntil(done chan struct{}) {
 func (p *Producer) isClosed() bool { return p.closed.Load() }
 
 // Flush waits until every record produced so far has finished: written,
-// diverted, dropped or failed, including records being recovered.
+// diverted, dropped or failed, including records being recovered. It
+// flushes the client meanwhile, as kgo.Client.Flush does. As with kgo, a
+// record whose context ended while Produce waited for room in kgo's buffer
+// (kgo.MaxBufferedRecords) may be promised after Flush returns.
 func (p *Producer) Flush(ctx context.Context) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go p.cl.Flush(fctx) //nolint:errcheck // kgo sends what it lingers on meanwhile
-	return p.waitIdle(ctx)
+	go p.cl.Flush(fctx) //nolint:errcheck // nothing lingers while held records wait
+	for {
+		if err := p.cl.Flush(ctx); err != nil {
+			return err
+		}
+		if err := p.waitHeld(ctx); err != nil {
+			return err
+		}
+		if p.drained() {
+			return nil
+		}
+	}
 }
 
 // Close closes the Producer and its client. Records being recovered that have
 // not been produced again fail with ErrClosed; records in kgo fail as
 // kgo.Client.Close fails them. Every promise has been called, and has
-// returned, before Close returns. Close does not wait for buffered records:
-// call Flush first for that. Do not call Close or Flush from a promise.
-func (p *Producer) Close() {
-	if p.closed.Swap(true) {
-		<-p.closing
-		_ = p.waitIdle(context.Background())
-		return
-	}
+// returned, before Close returns (a Produce call that has not returned is
+// concurrent with Close: its promise may come after). Close does not wait for
+// buffered records: call Flush first for that. Do not call Close or Flush
+// from a promise.
+func (p *Producer) Close() { p.closeOnce.Do(p.close) }
+
+func (p *Producer) close() {
+	p.closed.Store(true)
 	p.attn.Add(1)
 	close(p.closing)
 	p.mu.Lock()
@@ -299,7 +398,7 @@ func (p *Producer) Close() {
 	}
 	p.mu.Unlock()
 	p.cl.Close()
-	_ = p.waitIdle(context.Background())
+	_ = p.Flush(context.Background())
 }
 
 // Resume ends the Stop of every stopped partition of topic: records produced
@@ -320,7 +419,7 @@ func (p *Producer) Resume(topic string) {
 	}
 	// Records numbered up to seq were produced before this call (or
 	// concurrently with it); later ones after it.
-	seq := p.in.Load()
+	seq := p.seq.Load()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pt := range t.parts {
