@@ -382,7 +382,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
 	pt.p.handed(n)
 	pt.roundEnd = make(chan struct{})
-	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
+	if pt.p.manual { // else the round lingers as any record: a flush would stop every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
 	}
 	if len(pt.inRound) == 0 {
@@ -641,7 +641,9 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 		}
 	}
 	done, ch := make(chan struct{}), make(chan error, 1)
-	pt.p.flushUntil(done)
+	if pt.p.manual {
+		pt.p.flushUntil(done)
+	}
 	pt.p.dl.divert(topic, pd, cause, func(err error) { ch <- err })
 	err := <-ch
 	close(done)
