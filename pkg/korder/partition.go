@@ -209,7 +209,11 @@ func (pt *partition) run() {
 			// or with another record's context (kgo fails a batch
 			// whose first record's is done): not its own fault.
 			pt.from = 0
-			pt.produceLocked(0, false)
+			n := 0
+			if pt.p.bound > 0 && pt.q.len() > int(pt.p.bound) {
+				n = int(pt.p.bound) // more would fail it again, past kgo.MaxBufferedPartitionRecords
+			}
+			pt.produceLocked(n, n > 0)
 			continue
 		}
 		suspects, pd, probe := pt.suspectsLocked()
