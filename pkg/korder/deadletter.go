@@ -13,20 +13,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The headers of a dead-letter copy: the cause, and the record's topic and
-// partition.
+// The headers DeadLetter adds to a copy: the cause, and the record's topic
+// and partition.
 const (
 	HeaderCause     = "korder-cause"
 	HeaderTopic     = "korder-topic"
 	HeaderPartition = "korder-partition"
 )
 
-// deadLetters writes copies of records to dead-letter topics, and recovers
-// the dead-letter partitions (and topics) kgo fails. They are not the
-// Producer's: their failures are not counted, and their failed copies are not
-// produced again (the record goes to the next policy). A failure is recovered,
-// with no record, from a goroutine of its own: kgo refuses it until every
-// promise of the failure has returned, which a promise cannot wait for.
+// deadLetters writes dead-letter copies, and recovers (with no record, from
+// a goroutine, since a promise cannot wait for the others) the dead-letter
+// partitions kgo fails; a failed copy is not produced again.
 type deadLetters struct {
 	cl      *kgo.Client
 	topics  map[string]bool // the policies' dead-letter topics (read only)
@@ -46,8 +43,8 @@ func newDeadLetters(policies []Policy) *deadLetters {
 	return d
 }
 
-// divert produces a dead-letter copy of pd's record, diverted for cause, and
-// calls done with the outcome, from kgo's promise.
+// divert produces a dead-letter copy of pd's record and calls done with the
+// outcome, from kgo's promise.
 func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(error)) {
 	r := pd.r
 	hs := append(slices.Clip(r.Headers),
@@ -64,8 +61,7 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	})
 }
 
-// failed takes a failed dead-letter copy: if it failed with (or was rejected
-// by) a failure of its partition or topic, that failure is recovered.
+// failed recovers the partition failure a copy failed with, if any.
 func (d *deadLetters) failed(err error) {
 	var f *kgo.ErrProducePartitionFailed
 	if !errors.As(err, &f) {
@@ -79,11 +75,8 @@ func (d *deadLetters) failed(err error) {
 	}
 }
 
-// recover recovers f once every promise of it has returned: kgo refuses
-// until then, and it is tried again after a short wait, backing off. A topic
-// that kgo keeps failed (copies produced to it during the recovery were
-// rejected) is recovered again; a failure that kgo no longer has (recovered,
-// or failed anew: the new failure's copies come back too) is done.
+// recover recovers f, trying again while kgo refuses for pending promises or
+// keeps a topic failed; a failure kgo no longer has is done.
 func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 	defer func() {
 		d.mu.Lock()
@@ -107,7 +100,6 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 	}
 }
 
-// quarantined is a quarantined key of a topic.
 type quarantined struct {
 	dlTopic string
 	seq     uint64 // the record that quarantined the key: the records after it follow it
@@ -131,8 +123,7 @@ func (q quarantine) keys() [][]byte {
 	return ks
 }
 
-// quarantinedLocked returns the quarantine that a record with key, numbered
-// seq, falls under, if any. Under amu.
+// quarantinedLocked returns the quarantine a record falls under, if any.
 func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	if e := t.quarantine[string(key)]; key != nil && e != nil && e.cause != nil && seq > e.seq {
 		return *e, true
@@ -140,9 +131,8 @@ func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	return quarantined{}, false
 }
 
-// reserve reserves room to quarantine key for the record numbered seq, before
-// its copy is written (the partition's deadLetter ends it): false if the
-// quarantine is full. The reservation made, if any, is returned.
+// reserve reserves room to quarantine key before its first copy is written:
+// false if the quarantine is full. It returns the reservation made, if any.
 func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
@@ -168,10 +158,8 @@ func (t *topic) release(key []byte) bool {
 	return ok
 }
 
-// divertKeyed diverts pd, produced after the record that quarantined its key
-// (q), to the key's dead-letter topic, and calls done with the record's
-// outcome. A copy that fails stops the key: pd, and the key's later records,
-// fail with ErrStopped until the key is released.
+// divertKeyed diverts pd, whose key is quarantined (q), and calls done with
+// its outcome. A copy that fails stops the key.
 func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
 	if q.stopped != nil {
 		p.st.stopped.Add(1)

@@ -334,7 +334,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	// The round's promises may have come while the lock was released.
 	pt.round = pt.p.rounds.Add(1)
 	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
-	pt.p.handed(n)
+	pt.p.moved.Add(1) // before held: see drained
+	pt.p.hold(-int64(n))
 	pt.roundEnd = make(chan struct{})
 	if !rest || pt.p.manual { // a flush for each Retry stops every partition's batching
 		pt.p.flushUntil(pt.roundEnd)

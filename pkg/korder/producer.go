@@ -94,8 +94,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	return p, nil
 }
 
-// Client returns the underlying kgo client. Producing through it directly
-// bypasses the Producer's ordering protocol.
+// Client returns the kgo client; producing through it bypasses the Producer.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
 // hook is the Producer's kgo.HookProducePartitionFailed. It only counts: the
@@ -115,8 +114,7 @@ func (p *Producer) topic(name string) *topic {
 	return p.topics[name]
 }
 
-// lockPartition returns the state machine of a topic's partition (-1: the
-// topic), locked, made if need be.
+// lockPartition returns a partition's state machine, locked, made if need be.
 func (p *Producer) lockPartition(name string, id int32) *partition {
 	p.mu.Lock()
 	t := p.topics[name]
@@ -168,8 +166,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
 		return
 	}
-	// kgo fails a record unbuffered for no topic or a size over
-	// MaxBufferedBytes, and more with manual flushing or a transaction.
+	// Records kgo may fail unbuffered (see counted) are counted held.
 	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes
 	if unbuffered {
 		p.hold(1)
@@ -177,8 +174,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	p.carry(ctx, r, promise, seq, unbuffered)
 }
 
-// produceSlow is Produce off the no-failure path; the record is held until
-// its promise has returned.
+// produceSlow is Produce off the no-failure path; the record is held.
 func (p *Producer) produceSlow(pd *pending) {
 	p.hold(1)
 	if p.isClosed() {
@@ -193,9 +189,8 @@ func (p *Producer) produceSlow(pd *pending) {
 	p.carry(pd.ctx, pd.r, pd.promise, pd.seq, true)
 }
 
-// carry gives a record to kgo with one closure as its promise; a counted
-// record is counted out of held after it. The closure is kept small (the
-// no-failure path's only allocation): ctx travels in r.Context if unset.
+// carry gives a record to kgo with one closure as its promise, kept small (the
+// no-failure path's only allocation); a counted record is counted out after.
 func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64, counted bool) {
 	if r.Context == nil && !counted {
 		r.Context = ctx
@@ -221,8 +216,7 @@ func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.R
 }
 
 // result takes a record's outcome from kgo's promise: a record failed or
-// rejected with a partition's failure goes to that partition, which holds it
-// (counted held before kgo counts it out of its buffered records).
+// rejected with a partition's failure goes to that partition, which holds it.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
@@ -256,15 +250,8 @@ func (p *Producer) hold(n int64) {
 	}
 }
 
-// handed counts n held records out once kgo took them back.
-func (p *Producer) handed(n int) {
-	p.moved.Add(1)
-	p.hold(-int64(n))
-}
-
-// drained tells whether nothing is held nor buffered in kgo. A record is
-// always counted in one or the other, and moved tells a hand-back between
-// the two reads.
+// drained tells whether nothing is held nor buffered in kgo; moved tells a
+// hand-back between the two reads.
 func (p *Producer) drained() bool {
 	m := p.moved.Load()
 	return p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m
@@ -327,9 +314,8 @@ func (p *Producer) flushUntil(done chan struct{}) {
 func (p *Producer) isClosed() bool { return p.closed.Load() }
 
 // Flush flushes the client and waits until every record produced so far has
-// finished, including records being recovered. As with kgo, a record whose
-// context ended while Produce waited for room in kgo's buffer may be promised
-// after Flush returns.
+// finished, including records being recovered (as with kgo, but a record whose
+// context ended while Produce blocked may be promised after).
 func (p *Producer) Flush(ctx context.Context) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -5,10 +5,8 @@ import (
 	"time"
 )
 
-type counter = atomic.Int64
-
 type stats struct {
-	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled counter
+	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled atomic.Int64
 }
 
 // Stats counts what the Producer did. Counts are of records unless noted.
@@ -25,9 +23,8 @@ type Stats struct {
 	Held         int64 // failed and rejected records kept now, to settle or produce again, or produced again and not yet written
 	HeldBytes    int64 // their bytes (see MaxHeldBytes)
 
-	// PartitionHoldTime is, per topic and partition, the total time the
-	// partition was failed or recovering (partition -1: the topic failed
-	// before its records were partitioned).
+	// PartitionHoldTime is, per topic and partition (-1: the topic), the
+	// total time the partition was failed or recovering.
 	PartitionHoldTime map[string]map[int32]time.Duration
 }
 
