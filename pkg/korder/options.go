@@ -6,30 +6,24 @@ import (
 	"time"
 )
 
+// The errors a record's promise gets wrap one of these and the cause.
 var (
-	// ErrDeadLettered: DeadLetter diverted the record (the error wraps the cause).
+	// ErrDeadLettered: DeadLetter diverted the record.
 	ErrDeadLettered = errors.New("korder: record diverted to the dead-letter topic")
-
-	// ErrDropped: Drop dropped the record (the error wraps the cause).
+	// ErrDropped: Drop dropped the record.
 	ErrDropped = errors.New("korder: record dropped after a produce failure")
-
-	// ErrStopped: the record's partition was stopped by Stop, or its key
-	// by a failed dead-letter copy (see Stop, QuarantineKeys). The error
-	// wraps the cause.
+	// ErrStopped: Stop stopped the record's partition, or a failed copy its
+	// quarantined key (see QuarantineKeys).
 	ErrStopped = errors.New("korder: partition stopped after a produce failure")
-
-	// ErrDeadLetterFailed: DeadLetter could not write the copy (see
-	// DeadLetter).
+	// ErrDeadLetterFailed: DeadLetter could not write the copy.
 	ErrDeadLetterFailed = errors.New("korder: dead-letter write failed")
-
 	// ErrHeldFull: the record's partition failed while what the Producer
 	// keeps for it was at MaxHeld or MaxHeldBytes. The record is not
 	// written; as with Drop, records produced after it may be.
 	ErrHeldFull = errors.New("korder: held queue full while the partition recovers")
-
-	// ErrClosed: the Producer closed before the record was written. As
-	// with kgo.ErrClientClosed, which it may wrap, a record in flight at
-	// Close may have been written.
+	// ErrClosed: the Producer closed before the record was written. As with
+	// kgo.ErrClientClosed, which it may wrap, a record in flight at Close
+	// may have been written.
 	ErrClosed = errors.New("korder: producer closed")
 )
 

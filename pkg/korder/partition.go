@@ -11,18 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// partition is the state machine of one failed partition (-1: a topic that
-// failed before its records were partitioned), while kgo has it failed, its
-// records are settled or produced again, or it is stopped. Failed and
-// rejected records come back in their promises and are collected in q, in
-// Produce order; one worker settles them and hands records back with kgo's
-// recovery, which kgo refuses (ErrRecoveryPending) until every promise of
-// the failure has returned: the worker then tries again on a timer.
-//
-// mu is never held across a kgo call (see the package doc). While the worker
-// is in a recovery call (calling), a record that comes back waits for it: its
-// promise has not returned, so kgo cannot recover its failure without it.
-// The worker waits on cond, which every change signals.
+// partition is the state machine of one failed partition (-1: a topic), while
+// kgo has it failed, its records are settled or produced again, or it is
+// stopped. Failed and rejected records come back in their promises into q;
+// one worker settles them and hands records back with kgo's recovery, which
+// kgo refuses (ErrRecoveryPending) until every promise of the failure has
+// returned. mu is never held across a kgo call: while the worker is in one
+// (calling), a record that comes back waits, its promise keeping kgo from
+// recovering its failure without it. cond signals every change.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -81,8 +77,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
 		return pt.stopped // made once: a stopped partition rejects at full speed
-	case pd.seq <= pt.resumed:
-		// Produced before Resume: stopped.
+	case pd.seq <= pt.resumed: // produced before Resume
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
 	case !round && pt.fullLocked(pd):
@@ -97,11 +92,9 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		// Numbered here: a topic's records may be another partition's
 		// by the time its worker is back from kgo.
 		pd.round, pt.failedRd = pt.round, true
-		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
-			pt.back = append(pt.back, pd) // kgo fails a round's records in order
-		} else {
-			pt.q.insert(pd)
-		}
+	}
+	if round && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
+		pt.back = append(pt.back, pd) // kgo fails a round's records in order
 	} else {
 		pt.q.insert(pd)
 	}
@@ -109,8 +102,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	return nil
 }
 
-// fullLocked tells whether keeping pd would take the partition past MaxHeld
-// or MaxHeldBytes, counting the round in flight.
+// fullLocked: keeping pd would pass MaxHeld or MaxHeldBytes.
 func (pt *partition) fullLocked(pd *pending) bool {
 	n := pt.q.len() + len(pt.back) + len(pt.inRound)
 	return pt.p.cfg.maxHeld > 0 && n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
@@ -123,8 +115,7 @@ func (pt *partition) startLocked() {
 	}
 }
 
-// run is the worker, the only caller of kgo's recovery for the partition,
-// until it is healthy, stopped, or the Producer closes.
+// run is the worker, the only caller of kgo's recovery for the partition.
 func (pt *partition) run() {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -144,8 +135,7 @@ func (pt *partition) run() {
 				pt.endLocked(nil)
 				return
 			}
-			// Nothing to produce again: un-fail it. One attempt:
-			// records that come back meanwhile go to the policies.
+			// Nothing to produce again: one attempt to un-fail it.
 			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
 				pt.waitPendingLocked()
 			}
@@ -165,8 +155,7 @@ func (pt *partition) run() {
 		}
 		pd := pt.q.front()
 		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) {
-			// A stall: one goes behind kgo's, then the rest in rounds
-			// of the bound.
+			// A stall: one behind kgo's, then rounds of the bound.
 			n := 1
 			if pt.settled {
 				n = int(pt.p.bound)
@@ -226,9 +215,8 @@ func (pt *partition) run() {
 }
 
 // suspectsLocked returns how many records from the front are suspects (the
-// last failed round's, or a first failure's failed records, with those
-// rejected between them), and the first. probe: a barrier must tell that a
-// lone suspect is all.
+// last failed round's, or a first failure's failed records, and those
+// between), and the first. probe: a lone suspect needs a barrier first.
 func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	hi, f := pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }
 	if pt.suspectRd == 0 {
@@ -346,9 +334,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	return nil
 }
 
-// barrierLocked makes a no-record recovery that keeps the partition failed:
-// accepted, every promise of the failure has returned, and the partition has
-// a new failure no record failed with. Refused, it waits a little.
+// barrierLocked makes a no-record recovery that keeps the partition failed;
+// accepted, every promise of the failure has returned.
 func (pt *partition) barrierLocked() bool {
 	f := pt.failure
 	pt.inRound, pt.failedRd = nil, false
@@ -364,10 +351,8 @@ func (pt *partition) barrierLocked() bool {
 	return true
 }
 
-// callLocked calls kgo's recovery of f with rs, the lock released. still is
-// the failure the partition is still failed with (keep, or rs failed it anew,
-// or a topic's records were rejected during its recovery); an error is a
-// refusal, rs not taken.
+// callLocked calls kgo's recovery of f with rs, the lock released: still is
+// the failure the partition is still failed with; an error, a refusal.
 func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
 	pt.calling = true
 	pt.mu.Unlock()
@@ -392,8 +377,7 @@ func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	switch {
 	case still == f:
-		// A topic's records rejected during its recovery: not their
-		// fault, they go whole, past the policies.
+		// A topic's records rejected during its recovery: whole.
 		pt.ownOf, pt.settled = f, true
 	case still != nil:
 		// A new failure (a record of rs that failed it comes back).
@@ -441,8 +425,7 @@ func (pt *partition) wake() {
 // refuses the recovery for good (an abort, a purge): nothing orders them.
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
-	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from = nil, nil, nil, false, 0, 0
-	pt.wait = 0
+	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from, pt.wait = nil, nil, nil, false, 0, 0, 0
 	for pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, pd.err)
@@ -473,8 +456,7 @@ func (pt *partition) quarantinedLocked(n int) {
 	}
 }
 
-// settleCanceledLocked settles the first of the first n kept records (0:
-// all) whose context is done, with its context's error.
+// settleCanceledLocked settles the first of n records whose context is done.
 func (pt *partition) settleCanceledLocked(n int) bool {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
@@ -489,8 +471,7 @@ func (pt *partition) settleCanceledLocked(n int) bool {
 	return false
 }
 
-// roundPromise is the promise of the records produced again; a failure
-// comes back to its partition before the record leaves the round.
+// roundPromise is the promise of the records produced again.
 func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
 	pd := pt.inRound[r]
@@ -504,7 +485,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	if pd == nil {
 		return
 	}
-	pt.p.result(pd, r, err)
+	pt.p.result(pd, r, err) // kept before it leaves the round
 	if err != nil {
 		pt.mu.Lock()
 		pt.leaveRoundLocked(r)
@@ -536,8 +517,7 @@ func (pt *partition) endRoundLocked() {
 	pt.cond.Broadcast()
 }
 
-// resumeLocked ends a Stop: records up to seq still fail with ErrStopped;
-// later ones are kept, and the worker recovers the partition with them.
+// resumeLocked ends a Stop: records up to seq still fail with ErrStopped.
 func (pt *partition) resumeLocked(seq uint64) {
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
 	// Rejected for the Stop, not its own fault: whole, past the policies.

@@ -106,19 +106,13 @@ func (p Policy) String() string {
 	switch p.kind {
 	case policyRetry:
 		return fmt.Sprintf("Retry(%d, %s)", p.attempts, p.backoff)
-	case policyIsolate:
-		return "Isolate()"
 	case policyDeadLetter:
 		if p.quarantine && p.invalid == "" {
 			return fmt.Sprintf("DeadLetter(%q).QuarantineKeys()", p.topic)
 		}
 		return fmt.Sprintf("DeadLetter(%q)", p.topic)
-	case policyDrop:
-		return "Drop()"
-	case policyStop:
-		return "Stop()"
 	}
-	return "Policy{}"
+	return [...]string{"Policy{}", "", "Isolate()", "", "Drop()", "Stop()"}[p.kind]
 }
 
 func (p Policy) validate() error {
