@@ -29,12 +29,11 @@ type deadLetters struct {
 	topics  map[string]bool // the policies' dead-letter topics (read only)
 	closing <-chan struct{}
 
-	mu         sync.Mutex
-	recovering map[*kgo.ErrProducePartitionFailed]bool
+	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered
 }
 
 func newDeadLetters(policies []Policy) *deadLetters {
-	d := &deadLetters{topics: map[string]bool{}, recovering: map[*kgo.ErrProducePartitionFailed]bool{}}
+	d := &deadLetters{topics: map[string]bool{}}
 	for _, p := range policies {
 		if p.kind == policyDeadLetter {
 			d.topics[p.topic] = true
@@ -54,35 +53,20 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	)
 	c := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
 	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
-		if err != nil {
-			d.failed(err)
+		var f *kgo.ErrProducePartitionFailed
+		if errors.As(err, &f) { // the failure the copy failed with
+			if _, busy := d.recovering.LoadOrStore(f, true); !busy {
+				go d.recover(f)
+			}
 		}
 		done(err)
 	})
 }
 
-// failed recovers the partition failure a copy failed with, if any.
-func (d *deadLetters) failed(err error) {
-	var f *kgo.ErrProducePartitionFailed
-	if !errors.As(err, &f) {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.recovering[f] {
-		d.recovering[f] = true
-		go d.recover(f)
-	}
-}
-
 // recover recovers f, trying again while kgo refuses for pending promises or
 // keeps a topic failed; a failure kgo no longer has is done.
 func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
-	defer func() {
-		d.mu.Lock()
-		delete(d.recovering, f)
-		d.mu.Unlock()
-	}()
+	defer d.recovering.Delete(f)
 	wait := minPendingWait
 	for {
 		err := d.cl.RecoverProducePartition(f, nil)

@@ -42,11 +42,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
-		policies:       []Policy{Retry(3, 100*time.Millisecond), Drop()},
-		maxHeldBytes:   DefaultMaxHeldBytes,
-		maxQuarantined: DefaultMaxQuarantinedKeys,
-	}
+	return config{policies: []Policy{Retry(3, 100*time.Millisecond), Drop()}, maxHeldBytes: DefaultMaxHeldBytes, maxQuarantined: DefaultMaxQuarantinedKeys}
 }
 
 func (c *config) validate() error {
@@ -88,17 +84,15 @@ func WithPolicies(policies ...Policy) Opt {
 }
 
 // MaxHeld bounds the records the Producer keeps for one failed partition (or
-// topic): the failed and rejected records it holds, and those it produced
-// again that are not yet written. At the bound, a further record that comes
-// back failed or rejected for the partition fails with ErrHeldFull. There is
-// no bound by default. Produce never blocks on it (see Produce).
+// topic): those it holds, and those it produced again not yet written. At the
+// bound, a further record kgo fails or rejects for the partition fails with
+// ErrHeldFull; Produce never blocks on it. There is no bound by default.
 func MaxHeld(n int) Opt {
 	return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n })
 }
 
-// MaxHeldBytes bounds, as MaxHeld, the key, value and header bytes the
-// Producer keeps for one failed partition; the default is
-// DefaultMaxHeldBytes.
+// MaxHeldBytes bounds, as MaxHeld, the key, value and header bytes kept for
+// one failed partition; the default is DefaultMaxHeldBytes.
 func MaxHeldBytes(n int64) Opt {
 	return atLeast1("MaxHeldBytes", n, func(c *config) { c.maxHeldBytes = n })
 }

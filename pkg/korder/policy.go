@@ -43,13 +43,11 @@ type Policy struct {
 	invalid         string
 }
 
-// Retry produces the failed record again, with the records of its partition
-// after it, in order, up to attempts times, waiting backoff before each
-// attempt, then passes the record on. Each attempt produces the failed batch
-// first, keeping the partition failed, and the rest once the batch is
+// Retry produces the failed record again, with its partition's records after
+// it, up to attempts times, waiting backoff before each attempt, then passes
+// it on. Each attempt produces the failed batch first, the rest once it is
 // written. A record that failed with kgo.ErrPossiblyWritten is passed on at
-// once (see RetryPossiblyWritten). The halves of a batch being narrowed down
-// (see Isolate) are not retried.
+// once (see RetryPossiblyWritten); halves being narrowed down are not retried.
 func Retry(attempts int, backoff time.Duration) Policy {
 	return Policy{kind: policyRetry, attempts: attempts, backoff: backoff}
 }
@@ -65,9 +63,8 @@ func (p Policy) RetryPossiblyWritten() Policy {
 }
 
 // Isolate narrows a record-level failure (see Policy) down to its culprit for
-// the policies after it, such as Stop, by bisecting the failed batch (about
-// log2(n) rounds for n records, the partition kept failed). Only the culprit
-// is passed on.
+// the policies after it, such as Stop, bisecting the batch in about log2(n)
+// rounds for n records.
 func Isolate() Policy { return Policy{kind: policyIsolate} }
 
 // DeadLetter diverts the failed record (see Policy for which) to topic: a
@@ -135,7 +132,7 @@ func perRecordCause(err error) bool {
 		errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.RecordListTooLarge) || errors.Is(err, kerr.InvalidTimestamp)
 }
 
-// What the policies decided for the first failed record of a partition.
+// actKind is what the policies decided for the first failed record.
 type actKind uint8
 
 const (
@@ -189,8 +186,7 @@ func decide(policies []Policy, st *stats, c *call) act {
 		case p.kind == policyStop:
 			return act{kind: actStop, err: c.cause}
 		case !c.alone && perRecordCause(c.pd.err):
-			// Narrowing down: the first half of the suspects again.
-			return act{kind: actProduce, n: max(c.suspects/2, 1)}
+			return act{kind: actProduce, n: max(c.suspects/2, 1)} // narrowing down
 		case p.kind == policyDrop:
 			st.dropped.Add(1)
 			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDropped, c.cause)}

@@ -132,17 +132,13 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 
 // Produce produces r with kgo's semantics, keeping per-partition order across
 // failures. The promise is called exactly once: with nil once the record is
-// written; with an error wrapping ErrDeadLettered, ErrDropped, ErrStopped,
-// ErrHeldFull or ErrClosed and the cause; with the error of its own context
-// (ctx or r.Context) if that is done when its turn comes (settled alone,
-// outside the policies); or with kgo's error for a failure that fails no
-// partition (a usage error: no topic, an invalid record). A nil record, and a
-// record to a dead-letter topic, fail at once.
-//
-// Produce blocks only where kgo's Produce does (kgo.MaxBufferedRecords), never
-// for MaxHeld, MaxHeldBytes or a recovery: a record's partition is known only
-// once kgo partitioned it, so waiting would hold up the healthy partitions
-// too. As with kgo, a promise must not block, nor call Flush or Close.
+// written; with an error wrapping one of the package's errors and the cause;
+// with the error of its own context (ctx or r.Context) if that is done when
+// its turn comes, outside the policies; or with kgo's error for a usage error
+// (no topic, an invalid record). A nil record, and a record to a dead-letter
+// topic, fail at once. Produce blocks only where kgo's Produce does, never
+// for a recovery: a record's partition is known only once kgo partitioned
+// it. As with kgo, a promise must not block, nor call Flush or Close.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -276,8 +272,7 @@ func (p *Producer) waitHeld(ctx context.Context) error {
 	}
 }
 
-// ProduceSync produces rs as Produce does and returns their results in order
-// once every promise has been called, as kgo.Client.ProduceSync.
+// ProduceSync produces rs and returns their results, as kgo.Client.ProduceSync.
 func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
 	res := make(kgo.ProduceResults, len(rs))
 	var wg sync.WaitGroup
@@ -334,9 +329,8 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 // Close closes the Producer and its client: records it holds fail with
-// ErrClosed, records in kgo as kgo.Client.Close fails them. Every promise has
-// returned before Close returns (but that of a concurrent Produce call).
-// Call Flush first to wait for buffered records.
+// ErrClosed, those in kgo as kgo.Client.Close fails them, and every promise
+// (but a concurrent Produce's) has returned. Flush first to write them.
 func (p *Producer) Close() { p.closeOnce.Do(p.close) }
 
 func (p *Producer) close() {
