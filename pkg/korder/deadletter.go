@@ -13,17 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The headers DeadLetter adds to a copy: the cause, and the record's topic
-// and partition.
+// The headers DeadLetter adds to a copy.
 const (
 	HeaderCause     = "korder-cause"
 	HeaderTopic     = "korder-topic"
 	HeaderPartition = "korder-partition"
 )
 
-// deadLetters writes dead-letter copies, and recovers (with no record, from
-// a goroutine, since a promise cannot wait for the others) the dead-letter
-// partitions kgo fails; a failed copy is not produced again.
+// deadLetters writes dead-letter copies (a failed one is not produced again),
+// and recovers the dead-letter partitions kgo fails, from a goroutine.
 type deadLetters struct {
 	cl      *kgo.Client
 	topics  map[string]bool // the policies' dead-letter topics (read only)
@@ -32,8 +30,8 @@ type deadLetters struct {
 	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered
 }
 
-func newDeadLetters(policies []Policy) *deadLetters {
-	d := &deadLetters{topics: map[string]bool{}}
+func newDeadLetters(policies []Policy, closing <-chan struct{}) *deadLetters {
+	d := &deadLetters{topics: map[string]bool{}, closing: closing}
 	for _, p := range policies {
 		if p.kind == policyDeadLetter {
 			d.topics[p.topic] = true
@@ -42,8 +40,7 @@ func newDeadLetters(policies []Policy) *deadLetters {
 	return d
 }
 
-// divert produces a dead-letter copy of pd's record and calls done with the
-// outcome, from kgo's promise.
+// divert produces a dead-letter copy of pd's record; done gets the outcome.
 func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(error)) {
 	r := pd.r
 	hs := append(slices.Clip(r.Headers),
@@ -142,8 +139,8 @@ func (t *topic) release(key []byte) bool {
 	return ok
 }
 
-// divertKeyed diverts pd, whose key is quarantined (q), and calls done with
-// its outcome. A copy that fails stops the key.
+// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops
+// the key.
 func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
 	if q.stopped != nil {
 		p.st.stopped.Add(1)

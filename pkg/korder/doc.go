@@ -20,10 +20,11 @@
 // Every promise is called exactly once, with the final outcome.
 //
 // Each failed partition has a state machine with its own lock and one worker
-// goroutine while it recovers; a healthy partition costs nothing. A failure
-// kgo reports for a whole topic (partition -1, such as an unknown topic) has
-// one too: its recovery partitions the records. Stop stops only the failed
-// partition (or topic). Keys are quarantined per topic.
+// goroutine while it recovers; so has a topic kgo fails whole (partition -1,
+// such as an unknown topic), whose recovery partitions the records. Stop
+// stops only the failed partition (or topic); keys are quarantined per topic.
+// A healthy partition costs nothing: Produce takes no lock, and allocates one
+// closure (32 bytes) as kgo's promise.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
@@ -49,11 +50,7 @@
 // kgo kgo.UnknownTopicRetries(0) and kgo.MetadataMinAge(250*time.Millisecond)
 // and let the policies wait: with WithPolicies(Retry(3, time.Second),
 // Stop()), the record is stopped after 3 s, or written if the topic is
-// created meanwhile. The policies then also handle the UNKNOWN_TOPIC_OR_PARTITION
-// answers brokers may give just after a topic is created.
-//
-// # Cost
-//
-// While nothing is wrong, Produce takes no lock: two atomic operations and
-// one closure as kgo's promise (32 bytes, the only allocation).
+// created meanwhile. The policies then also handle the
+// UNKNOWN_TOPIC_OR_PARTITION answers brokers may give just after a topic is
+// created.
 package korder

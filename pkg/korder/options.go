@@ -98,9 +98,8 @@ func MaxHeldBytes(n int64) Opt {
 }
 
 // MaxQuarantinedKeys bounds the keys each topic may have quarantined (see
-// QuarantineKeys); the default is DefaultMaxQuarantinedKeys. A record that
-// DeadLetter would divert while its topic's quarantine is full is passed on
-// to the next policy, as if the dead-letter write had failed.
+// QuarantineKeys); the default is DefaultMaxQuarantinedKeys. At the bound, a
+// record DeadLetter would divert goes on as if the write had failed.
 func MaxQuarantinedKeys(n int) Opt {
 	return atLeast1("MaxQuarantinedKeys", n, func(c *config) { c.maxQuarantined = n })
 }

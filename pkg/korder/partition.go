@@ -527,8 +527,7 @@ func (pt *partition) resumeLocked(seq uint64) {
 	pt.cond.Broadcast()
 }
 
-// The partition is its policies' stepEnv.
-
+// backoff and deadLetter make the partition its policies' stepEnv.
 func (pt *partition) backoff(d time.Duration) bool {
 	if d <= 0 {
 		return !pt.p.isClosed()

@@ -70,8 +70,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
-	p.dl = newDeadLetters(p.cfg.policies)
-	p.dl.closing = p.closing
+	p.dl = newDeadLetters(p.cfg.policies, p.closing)
 	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
@@ -97,8 +96,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 // Client returns the kgo client; producing through it bypasses the Producer.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// hook is the Producer's kgo.HookProducePartitionFailed. It only counts: the
-// Producer learns of each failure from its records' promises.
+// hook is the Producer's kgo.HookProducePartitionFailed: it only counts.
 type hook struct{ p *Producer }
 
 func (h hook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
@@ -373,8 +371,7 @@ func (p *Producer) Resume(topic string) {
 	}
 }
 
-// ReleaseQuarantine ends the quarantine of key in topic: later records with
-// the key are produced to topic again.
+// ReleaseQuarantine ends the quarantine of key in topic.
 func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -403,4 +400,71 @@ func (p *Producer) logf(level kgo.LogLevel, msg string, kvs ...any) {
 	if l, _ := p.cl.OptValue(kgo.WithLogger).(kgo.Logger); l != nil && l.Level() >= level {
 		l.Log(level, msg, kvs...)
 	}
+}
+
+type stats struct {
+	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled atomic.Int64
+}
+
+// Stats counts what the Producer did. Counts are of records unless noted.
+type Stats struct {
+	Failures     int64 // partition or topic failures kgo reported (hook calls, MaxBufferedPartitionRecords' too; not those of dead-letter topics)
+	Retries      int64 // records produced again by Retry (the first record of each round)
+	Isolations   int64 // records found failing on their own (a record-level cause), and settled
+	DeadLettered int64 // records diverted to a dead-letter topic
+	Dropped      int64 // records dropped by Drop
+	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or of a stopped key
+	HeldFull     int64 // records failed with ErrHeldFull (MaxHeld, MaxHeldBytes)
+	Canceled     int64 // records settled with their own context's error, outside the policies
+	Quarantined  int64 // keys quarantined now
+	Held         int64 // failed and rejected records kept now, to settle or produce again, or produced again and not yet written
+	HeldBytes    int64 // their bytes (see MaxHeldBytes)
+
+	// PartitionHoldTime is, per topic and partition (-1: the topic), the
+	// total time the partition was failed or recovering.
+	PartitionHoldTime map[string]map[int32]time.Duration
+}
+
+func addHoldTime(m map[string]map[int32]time.Duration, topic string, part int32, d time.Duration) {
+	if m[topic] == nil {
+		m[topic] = map[int32]time.Duration{}
+	}
+	m[topic][part] += d
+}
+
+// Stats returns a snapshot of the Producer's counters.
+func (p *Producer) Stats() Stats {
+	s := Stats{
+		Failures:          p.st.failures.Load(),
+		Retries:           p.st.retries.Load(),
+		Isolations:        p.st.isolations.Load(),
+		DeadLettered:      p.st.deadLettered.Load(),
+		Dropped:           p.st.dropped.Load(),
+		Stopped:           p.st.stopped.Load(),
+		HeldFull:          p.st.heldFull.Load(),
+		Canceled:          p.st.canceled.Load(),
+		PartitionHoldTime: map[string]map[int32]time.Duration{},
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for topic, m := range p.holdTime {
+		for part, d := range m {
+			addHoldTime(s.PartitionHoldTime, topic, part, d)
+		}
+	}
+	for _, t := range p.topics {
+		t.mu.Lock()
+		for _, pt := range t.parts {
+			pt.mu.Lock()
+			s.Held += int64(pt.q.len() + len(pt.back) + len(pt.inRound))
+			s.HeldBytes += pt.bytes
+			addHoldTime(s.PartitionHoldTime, t.name, pt.id, time.Since(pt.since))
+			pt.mu.Unlock()
+		}
+		t.amu.Lock()
+		s.Quarantined += int64(len(t.quarantine.keys()))
+		t.amu.Unlock()
+		t.mu.Unlock()
+	}
+	return s
 }

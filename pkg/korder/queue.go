@@ -93,8 +93,7 @@ func (q *queue) remove(pd *pending) bool {
 	return false
 }
 
-// take removes and returns the records from i to j; an empty queue drops its
-// backing array.
+// take removes and returns rs[i:j]; an empty queue drops its array.
 func (q *queue) take(i, j int) []*pending {
 	out := append([]*pending(nil), q.rs[i:j]...)
 	if i == 0 {

@@ -6,9 +6,7 @@ import (
 )
 
 // topic is what the Producer keeps for a topic with a failed partition or a
-// quarantined key; one with neither is forgotten.
-//
-// Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
+// quarantined key. Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
 type topic struct {
 	p    *Producer
 	name string
@@ -62,8 +60,7 @@ func (t *topic) forgetLocked() {
 
 // setAttnLocked counts the topic in Producer.attn while it quarantines keys.
 func (t *topic) setAttnLocked() {
-	attn := len(t.quarantine) > 0
-	if attn != t.attn {
+	if attn := len(t.quarantine) > 0; attn != t.attn {
 		t.attn = attn
 		if attn {
 			t.p.attn.Add(1)
