@@ -13,31 +13,25 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The headers of a dead-letter copy: the cause, and the record's topic and
-// partition.
+// The headers DeadLetter adds to a copy.
 const (
 	HeaderCause     = "korder-cause"
 	HeaderTopic     = "korder-topic"
 	HeaderPartition = "korder-partition"
 )
 
-// deadLetters writes copies of records to dead-letter topics, and recovers
-// the dead-letter partitions (and topics) kgo fails. They are not the
-// Producer's: their failures are not counted, and their failed copies are not
-// produced again (the record goes to the next policy). A failure is recovered,
-// with no record, from a goroutine of its own: kgo refuses it until every
-// promise of the failure has returned, which a promise cannot wait for.
+// deadLetters writes dead-letter copies (a failed one is not produced again),
+// and recovers the dead-letter partitions kgo fails, from a goroutine.
 type deadLetters struct {
 	cl      *kgo.Client
 	topics  map[string]bool // the policies' dead-letter topics (read only)
 	closing <-chan struct{}
 
-	mu         sync.Mutex
-	recovering map[*kgo.ErrProducePartitionFailed]bool
+	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered
 }
 
-func newDeadLetters(policies []Policy) *deadLetters {
-	d := &deadLetters{topics: map[string]bool{}, recovering: map[*kgo.ErrProducePartitionFailed]bool{}}
+func newDeadLetters(policies []Policy, closing <-chan struct{}) *deadLetters {
+	d := &deadLetters{topics: map[string]bool{}, closing: closing}
 	for _, p := range policies {
 		if p.kind == policyDeadLetter {
 			d.topics[p.topic] = true
@@ -46,8 +40,7 @@ func newDeadLetters(policies []Policy) *deadLetters {
 	return d
 }
 
-// divert produces a dead-letter copy of pd's record, diverted for cause, and
-// calls done with the outcome, from kgo's promise.
+// divert produces a dead-letter copy of pd's record; done gets the outcome.
 func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(error)) {
 	r := pd.r
 	hs := append(slices.Clip(r.Headers),
@@ -57,39 +50,20 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	)
 	c := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
 	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
-		if err != nil {
-			d.failed(err)
+		var f *kgo.ErrProducePartitionFailed
+		if errors.As(err, &f) { // the failure the copy failed with
+			if _, busy := d.recovering.LoadOrStore(f, true); !busy {
+				go d.recover(f)
+			}
 		}
 		done(err)
 	})
 }
 
-// failed takes a failed dead-letter copy: if it failed with (or was rejected
-// by) a failure of its partition or topic, that failure is recovered.
-func (d *deadLetters) failed(err error) {
-	var f *kgo.ErrProducePartitionFailed
-	if !errors.As(err, &f) {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.recovering[f] {
-		d.recovering[f] = true
-		go d.recover(f)
-	}
-}
-
-// recover recovers f once every promise of it has returned: kgo refuses
-// until then, and it is tried again after a short wait, backing off. A topic
-// that kgo keeps failed (copies produced to it during the recovery were
-// rejected) is recovered again; a failure that kgo no longer has (recovered,
-// or failed anew: the new failure's copies come back too) is done.
+// recover recovers f, trying again while kgo refuses for pending promises or
+// keeps a topic failed; a failure kgo no longer has is done.
 func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
-	defer func() {
-		d.mu.Lock()
-		delete(d.recovering, f)
-		d.mu.Unlock()
-	}()
+	defer d.recovering.Delete(f)
 	wait := minPendingWait
 	for {
 		err := d.cl.RecoverProducePartition(f, nil)
@@ -107,7 +81,6 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 	}
 }
 
-// quarantined is a quarantined key of a topic.
 type quarantined struct {
 	dlTopic string
 	seq     uint64 // the record that quarantined the key: the records after it follow it
@@ -131,8 +104,7 @@ func (q quarantine) keys() [][]byte {
 	return ks
 }
 
-// quarantinedLocked returns the quarantine that a record with key, numbered
-// seq, falls under, if any. Under amu.
+// quarantinedLocked returns the quarantine a record falls under, if any.
 func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	if e := t.quarantine[string(key)]; key != nil && e != nil && e.cause != nil && seq > e.seq {
 		return *e, true
@@ -140,9 +112,8 @@ func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	return quarantined{}, false
 }
 
-// reserve reserves room to quarantine key for the record numbered seq, before
-// its copy is written (the partition's deadLetter ends it): false if the
-// quarantine is full. The reservation made, if any, is returned.
+// reserve reserves room to quarantine key before its first copy is written:
+// false if the quarantine is full. It returns the reservation made, if any.
 func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
@@ -168,10 +139,8 @@ func (t *topic) release(key []byte) bool {
 	return ok
 }
 
-// divertKeyed diverts pd, produced after the record that quarantined its key
-// (q), to the key's dead-letter topic, and calls done with the record's
-// outcome. A copy that fails stops the key: pd, and the key's later records,
-// fail with ErrStopped until the key is released.
+// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops
+// the key.
 func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
 	if q.stopped != nil {
 		p.st.stopped.Add(1)

@@ -6,47 +6,32 @@ import (
 	"time"
 )
 
+// The errors a record's promise gets wrap one of these and the cause.
 var (
-	// ErrDeadLettered is the error (wrapping the cause) a record's promise
-	// gets when DeadLetter diverted it to the dead-letter topic.
+	// ErrDeadLettered: DeadLetter diverted the record.
 	ErrDeadLettered = errors.New("korder: record diverted to the dead-letter topic")
-
-	// ErrDropped is the error (wrapping the cause) a record's promise gets
-	// when Drop dropped it.
+	// ErrDropped: Drop dropped the record.
 	ErrDropped = errors.New("korder: record dropped after a produce failure")
-
-	// ErrStopped is the error (wrapping the cause) a record's promise gets
-	// when Stop stopped its partition: the record that failed, every
-	// record of the partition after it, and every record produced to the
-	// partition until Resume. A record of a quarantined key gets it too
-	// once a dead-letter copy of the key's records failed: the key is
-	// stopped, not its partition (see QuarantineKeys).
+	// ErrStopped: Stop stopped the record's partition, or a failed copy its
+	// quarantined key (see QuarantineKeys).
 	ErrStopped = errors.New("korder: partition stopped after a produce failure")
-
-	// ErrDeadLetterFailed is the error, wrapping the dead-letter topic's
-	// error and the cause, that a record DeadLetter could not divert
-	// carries to the next policy (the promise's error wraps it).
+	// ErrDeadLetterFailed: DeadLetter could not write the copy.
 	ErrDeadLetterFailed = errors.New("korder: dead-letter write failed")
-
-	// ErrHeldFull is the error (wrapping the cause) a record's promise gets
-	// when its partition failed and what the Producer keeps for it is at
-	// MaxHeld or MaxHeldBytes. The record is not written and, as with Drop,
-	// records produced after it may be. Stats.HeldFull counts them.
+	// ErrHeldFull: the record's partition failed while what the Producer
+	// keeps for it was at MaxHeld or MaxHeldBytes. The record is not
+	// written; as with Drop, records produced after it may be.
 	ErrHeldFull = errors.New("korder: held queue full while the partition recovers")
-
-	// ErrClosed is the error a record's promise gets if the Producer is
-	// closed before the record could be produced. As with
-	// kgo.ErrClientClosed, which it then wraps, a record whose produce
-	// request was in flight when the Producer closed may have been written
-	// anyway: the outcome of a request in flight at Close is unknown.
+	// ErrClosed: the Producer closed before the record was written. As with
+	// kgo.ErrClientClosed, which it may wrap, a record in flight at Close
+	// may have been written.
 	ErrClosed = errors.New("korder: producer closed")
 )
 
-// DefaultMaxHeldBytes is the default of MaxHeldBytes: 64 MiB.
-const DefaultMaxHeldBytes = 64 << 20
-
-// DefaultMaxQuarantinedKeys is the default of MaxQuarantinedKeys: 10000.
-const DefaultMaxQuarantinedKeys = 10000
+// The defaults of MaxHeldBytes (64 MiB) and MaxQuarantinedKeys.
+const (
+	DefaultMaxHeldBytes       = 64 << 20
+	DefaultMaxQuarantinedKeys = 10000
+)
 
 type config struct {
 	policies       []Policy
@@ -57,11 +42,7 @@ type config struct {
 }
 
 func defaultConfig() config {
-	return config{
-		policies:       []Policy{Retry(3, 100*time.Millisecond), Drop()},
-		maxHeldBytes:   DefaultMaxHeldBytes,
-		maxQuarantined: DefaultMaxQuarantinedKeys,
-	}
+	return config{policies: []Policy{Retry(3, 100*time.Millisecond), Drop()}, maxHeldBytes: DefaultMaxHeldBytes, maxQuarantined: DefaultMaxQuarantinedKeys}
 }
 
 func (c *config) validate() error {
@@ -85,7 +66,6 @@ func (c *config) validate() error {
 // Opt configures a Producer.
 type Opt func(*config)
 
-// atLeast1 is an option that sets a bound, n, which must be at least 1.
 func atLeast1[T int | int64](name string, n T, set func(*config)) Opt {
 	return func(c *config) {
 		set(c)
@@ -95,48 +75,31 @@ func atLeast1[T int | int64](name string, n T, set func(*config)) Opt {
 	}
 }
 
-// WithPolicies sets the policies for failed records, applied in order,
-// overriding the default of Retry(3, 100*time.Millisecond) then Drop(). The
-// default does what a kgo user expects of kgo: a failed record's promise gets
-// its error (wrapped in ErrDropped) and the client goes on, only in order and
-// after three more attempts; nothing stops until Resume unless the policies
-// end with Stop. For example, WithPolicies(Retry(5, time.Second),
-// DeadLetter("dlq").QuarantineKeys()) retries, then diverts the failed
-// records.
+// WithPolicies sets the policies for failed records, applied in order (see
+// Policy). The default, Retry(3, 100*time.Millisecond) then Drop(), does what
+// a kgo user expects: a record that keeps failing gets its error (wrapped in
+// ErrDropped) and the partition goes on, in order; only Stop stops one.
 func WithPolicies(policies ...Policy) Opt {
 	return func(c *config) { c.policies = policies }
 }
 
-// MaxHeld bounds how many records the Producer keeps for one failed
-// partition (or topic) while it recovers: the failed and rejected records it
-// holds, and those it produced again that are not yet written. There is no
-// such bound by default (MaxHeldBytes bounds the bytes). At the bound, each
-// further record that comes back failed or rejected for the partition fails
-// with ErrHeldFull instead of being kept.
-//
-// Produce never blocks on these bounds: a record's partition is known only
-// once kgo has partitioned it, so blocking would hold up every partition of
-// the topic, not only the failed one. The topic's healthy partitions, and
-// other topics, keep flowing.
+// MaxHeld bounds the records the Producer keeps for one failed partition (or
+// topic): those it holds, and those it produced again not yet written. At the
+// bound, a further record kgo fails or rejects for the partition fails with
+// ErrHeldFull; Produce never blocks on it. There is no bound by default.
 func MaxHeld(n int) Opt {
 	return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n })
 }
 
-// MaxHeldBytes bounds the bytes the Producer keeps for one failed partition
-// (or topic), as MaxHeld bounds the records: the sum of the key, value and
-// header sizes of the records counted by MaxHeld. A record that would take
-// the partition past the bound fails with ErrHeldFull. The default is
-// DefaultMaxHeldBytes (64 MiB, some 600000 records of 100 bytes) per
-// partition.
+// MaxHeldBytes bounds, as MaxHeld, the key, value and header bytes kept for
+// one failed partition; the default is DefaultMaxHeldBytes.
 func MaxHeldBytes(n int64) Opt {
 	return atLeast1("MaxHeldBytes", n, func(c *config) { c.maxHeldBytes = n })
 }
 
-// MaxQuarantinedKeys bounds how many keys each topic may have quarantined by
-// DeadLetter(...).QuarantineKeys(); the default is DefaultMaxQuarantinedKeys
-// (10000). A record that DeadLetter would divert while its topic's quarantine
-// is full (counting the keys whose first copy is being written) is passed on
-// to the next policy, as if the dead-letter topic had failed.
+// MaxQuarantinedKeys bounds the keys each topic may have quarantined (see
+// QuarantineKeys); the default is DefaultMaxQuarantinedKeys. At the bound, a
+// record DeadLetter would divert goes on as if the write had failed.
 func MaxQuarantinedKeys(n int) Opt {
 	return atLeast1("MaxQuarantinedKeys", n, func(c *config) { c.maxQuarantined = n })
 }

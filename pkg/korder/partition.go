@@ -11,28 +11,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// partition is the state machine of one failed partition (or, as partition
-// -1, of a topic that failed before its records were partitioned). It exists
-// while kgo has the partition failed, while records of it are being settled
-// or produced again, and while it is stopped; a healthy partition has none.
-//
-// kgo rejects every later record of a failed partition; each failed or
-// rejected record comes back in its promise, with an error carrying kgo's
-// failure (*kgo.ErrProducePartitionFailed), and the partition collects them
-// (q, in Produce order). One worker settles them through the policies and
-// hands records back with kgo's recovery (buffered at the front, un-failing
-// the partition in one step). kgo counts each failure's promises itself and
-// refuses the recovery until all of them have returned: the worker calls
-// again a little later, on a timer, since the last promise may already have
-// been delivered here.
-//
-// Everything is under mu, which is never held across a call into kgo: kgo
-// calls hooks inline, with its own locks held, on whatever goroutine fails a
-// partition (the worker's own, inside a recovery, too), and an application's
-// hook may call Resume, which takes mu. Instead, while the worker is in a
-// recovery call (calling), a record that comes back waits for it: its
-// promise has not returned, so kgo refuses to recover its failure without it,
-// as if mu were held. The worker waits on cond, which every change signals.
+// partition is the state machine of one failed partition (-1: a topic), while
+// kgo has it failed, its records are settled or produced again, or it is
+// stopped. Failed and rejected records come back in their promises into q;
+// one worker settles them and hands records back with kgo's recovery, which
+// kgo refuses (ErrRecoveryPending) until every promise of the failure has
+// returned. mu is never held across a kgo call: while the worker is in one
+// (calling), a record that comes back waits, its promise keeping kgo from
+// recovering its failure without it. cond signals every change.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -68,9 +54,7 @@ type partition struct {
 	since     time.Time
 }
 
-// The worker's waits after a recovery refused with kgo.ErrRecoveryPending:
-// from minPendingWait, doubling up to maxPendingWait while no record comes
-// back meanwhile.
+// The waits after kgo.ErrRecoveryPending, doubling while no record comes back.
 const (
 	minPendingWait = time.Millisecond
 	maxPendingWait = 50 * time.Millisecond
@@ -79,19 +63,11 @@ const (
 // arriveLocked takes a record that failed (its error wraps fe) or was
 // rejected (its error is fe) with a failure of the partition.
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
-	// A record that comes back while the worker is in kgo's recovery
-	// waits for the call to return: its promise, which has not returned,
-	// makes kgo refuse the recovery of its failure, so that no record of
-	// the failure is left out of what the call hands back.
-	for pt.calling {
+	for pt.calling { // see partition
 		pt.cond.Wait()
 	}
 	pd.err, pd.rejected = err, err == error(fe)
-	if fe != pt.failure {
-		// kgo failed the partition anew: the failure known here was
-		// recovered, or a transaction abort recovered it.
-		pt.failure = fe
-	}
+	pt.failure = fe                 // kgo may have failed it anew
 	round := pt.inRound[pd.r] == pd // counted already
 	pt.arrived++
 	defer pt.cond.Broadcast()
@@ -101,8 +77,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
 		return pt.stopped // made once: a stopped partition rejects at full speed
-	case pd.seq <= pt.resumed:
-		// Produced before Resume: stopped.
+	case pd.seq <= pt.resumed: // produced before Resume
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
 	case !round && pt.fullLocked(pd):
@@ -114,15 +89,12 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	}
 	pt.bytes += pd.size()
 	if round {
-		// Numbered here, not when handed to kgo: a topic's records
-		// may already be another partition's by the time its worker
-		// is back from kgo.
+		// Numbered here: a topic's records may be another partition's
+		// by the time its worker is back from kgo.
 		pd.round, pt.failedRd = pt.round, true
-		if len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq {
-			pt.back = append(pt.back, pd) // kgo fails a round's records in order
-		} else {
-			pt.q.insert(pd)
-		}
+	}
+	if round && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
+		pt.back = append(pt.back, pd) // kgo fails a round's records in order
 	} else {
 		pt.q.insert(pd)
 	}
@@ -130,10 +102,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	return nil
 }
 
-// fullLocked tells whether keeping pd would take the partition past MaxHeld
-// or MaxHeldBytes, counting the records of the round in flight, which kgo
-// may be failing: a record kept, or rejected with ErrHeldFull, comes back
-// under this lock, so what is kept never exceeds the bounds.
+// fullLocked: keeping pd would pass MaxHeld or MaxHeldBytes.
 func (pt *partition) fullLocked(pd *pending) bool {
 	n := pt.q.len() + len(pt.back) + len(pt.inRound)
 	return pt.p.cfg.maxHeld > 0 && n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
@@ -146,9 +115,7 @@ func (pt *partition) startLocked() {
 	}
 }
 
-// run is the worker: it settles the partition's records until the partition
-// is healthy, stopped, or the Producer closes. It is the only caller of kgo's
-// recovery for the partition.
+// run is the worker, the only caller of kgo's recovery for the partition.
 func (pt *partition) run() {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -168,35 +135,27 @@ func (pt *partition) run() {
 				pt.endLocked(nil)
 				return
 			}
-			// Nothing to produce again: un-fail it, once every
-			// promise of the failure returned. One attempt: records
-			// that come back meanwhile go through the policies.
+			// Nothing to produce again: one attempt to un-fail it.
 			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
 				pt.waitPendingLocked()
 			}
 			continue
 		case pt.failure == nil:
-			// Records kept, and no failure of kgo's to recover them
-			// with (kgo answered a recovery as done without doing it):
-			// nothing orders them any more.
+			// Records kept, and no failure of kgo's to recover.
 			pt.unprotectedLocked(errors.New("korder: records kept for a partition that kgo does not have failed"))
 			continue
 		case pt.ownOf != pt.failure:
-			// kgo promises the records a failure failed before those
-			// it rejected, so they come first. If none comes (no
-			// record of the Producer failed with it), what is kept was
-			// rejected for no fault of its own once every promise of
-			// the failure returned: it goes whole, past the policies.
+			// kgo promises a failure's failed records before those it
+			// rejected: if none came once every promise returned, what
+			// is kept goes whole, past the policies.
 			if pt.barrierLocked() {
 				pt.settled = true
 			}
 			continue
 		}
-		pd := pt.q.front() // one whose context is done is settled before it is produced
+		pd := pt.q.front()
 		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) {
-			// Past kgo's MaxBufferedPartitionRecords (a stall): one
-			// goes behind kgo's; once it is written, the rest follow
-			// in rounds of the bound, not flooding kgo's buffer.
+			// A stall: one behind kgo's, then rounds of the bound.
 			n := 1
 			if pt.settled {
 				n = int(pt.p.bound)
@@ -205,9 +164,8 @@ func (pt *partition) run() {
 			continue
 		}
 		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
-			// Failed or rejected because of a record now settled,
-			// or with another record's context (kgo fails a batch
-			// whose first record's is done): not its own fault.
+			// Not its own fault: a record now settled, or another's
+			// context (kgo fails a batch whose first record's is done).
 			pt.from = 0
 			n := 0
 			if pt.p.bound > 0 && pt.q.len() > int(pt.p.bound) {
@@ -219,8 +177,7 @@ func (pt *partition) run() {
 		suspects, pd, probe := pt.suspectsLocked()
 		switch {
 		case probe:
-			// One failed record alone is the culprit only once
-			// every record of its failure came back.
+			// One failed record is the culprit only once all came back.
 			pt.barrierLocked()
 			continue
 		case suspects == 0:
@@ -232,8 +189,7 @@ func (pt *partition) run() {
 			pt.settleLocked(pd, pd.canceled())
 			continue
 		}
-		// The suspect alone failed on its own: in a failure, before any
-		// narrowing down, or in a round of its own.
+		// It failed on its own: alone in a failure, or in a round.
 		alone := suspects == 1 && (pt.suspectRd == 0 && pt.from == 0 || pt.suspectRd == pt.round && pt.roundN == 1)
 		c := &call{pd: pd, cause: pd.err, suspects: suspects, alone: alone, from: pt.from, env: pt}
 		pt.mu.Unlock()
@@ -243,9 +199,8 @@ func (pt *partition) run() {
 			pt.p.st.isolations.Add(1)
 		}
 		switch {
-		case a.kind == actSettle: // decided, even if the Producer closed meanwhile
-			// The other records that failed with it (a partition's
-			// cause) go to the same policy.
+		case a.kind == actSettle: // even if the Producer closed meanwhile
+			// The others that failed with it go to the same policy.
 			pt.settleLocked(pd, a.err)
 			pt.from = c.at
 		case pt.p.isClosed():
@@ -263,12 +218,9 @@ func (pt *partition) run() {
 	}
 }
 
-// suspectsLocked returns how many records from the front are suspects, and
-// the first, which the policies decide on: the last failed round's records,
-// or a first failure's failed records (not those rejected after it), with
-// the rejected records of other goroutines numbered between them. probe: one
-// alone is the culprit only once all came back, which a no-record recovery
-// tells (barrierLocked).
+// suspectsLocked returns how many records from the front are suspects (the
+// last failed round's, or a first failure's failed records, and those
+// between), and the first. probe: a lone suspect needs a barrier first.
 func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	hi, f := pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }
 	if pt.suspectRd == 0 {
@@ -289,14 +241,12 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	pt.mu.Lock()
 }
 
-// stopLocked stops the partition: kgo keeps it failed, and every record of
-// it, collected or yet to come back, fails with ErrStopped wrapping cause
-// (the record's error, never nil).
+// stopLocked stops the partition: kgo keeps it failed, and its records fail
+// with ErrStopped wrapping cause.
 func (pt *partition) stopLocked(cause error) {
 	pt.stopped, pt.from = fmt.Errorf("%w: %w", ErrStopped, cause), 0
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
-	// Only the records kept now: a Resume while the lock is released for
-	// a promise keeps the records produced after it (arriveLocked).
+	// Only those kept now: a Resume meanwhile keeps later ones.
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
 	for _, pd := range rs {
 		pt.bytes -= pd.size()
@@ -323,10 +273,8 @@ func (pt *partition) endLocked(err error) {
 	}
 }
 
-// produceLocked hands the first n kept records (0: all) back to kgo, at the
-// partition's front, un-failing it (a part, or with rest, keeps it failed:
-// the rest follows once the part is written, with rest past the policies),
-// once every promise of its failure has returned.
+// produceLocked hands the first n kept records (0: all) back to kgo (see
+// recoverLocked), trying again while kgo refuses for promises to return.
 func (pt *partition) produceLocked(n int, rest bool) {
 	for pt.settleCanceledLocked(n) {
 	}
@@ -339,22 +287,17 @@ func (pt *partition) produceLocked(n int, rest bool) {
 		case errors.Is(err, kgo.ErrRecoveryPending):
 			pt.waitPendingLocked()
 		}
-		// Else kgo failed the partition anew since: again, with that
-		// failure.
+		// Else kgo failed it anew: again, with that failure.
 	}
 }
 
-// recoverLocked recovers the partition with its first n records (0: all),
-// calling kgo without the lock; nil if kgo took them. A refusal that is not
-// for promises still to return is handled here (see refusedLocked).
+// recoverLocked recovers the partition with its first n records (0: all);
+// nil if kgo took them. Other refusals than ErrRecoveryPending are handled.
 func (pt *partition) recoverLocked(n int, rest bool) error {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
 	}
-	// A part keeps the partition failed, and so do a Retry's first
-	// batch (rest) and a half being narrowed down even when they are
-	// all: until written, unkeyed records go around the partition, and
-	// keyed ones come back.
+	// A part, a Retry's first batch and a half keep the partition failed.
 	keep := n < pt.q.len() || rest || pt.from > 0
 	taken := pt.q.take(0, n)
 	rs := make([]*kgo.Record, n)
@@ -380,11 +323,11 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		pt.inRound = nil
 		return nil
 	}
-	// The round: its records' promises may have come (even all of them)
-	// while the lock was released; its end waited for this.
+	// The round's promises may have come while the lock was released.
 	pt.round = pt.p.rounds.Add(1)
 	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
-	pt.p.handed(n)
+	pt.p.moved.Add(1) // before held: see drained
+	pt.p.hold(-int64(n))
 	pt.roundEnd = make(chan struct{})
 	if pt.p.manual { // else the round lingers as any record: a flush would stop every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
@@ -395,12 +338,8 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	return nil
 }
 
-// barrierLocked makes one no-record recovery of the current failure that
-// keeps the partition failed: kgo accepts it once every promise of the
-// failure has returned, so that nothing more of it comes back. It returns
-// whether kgo accepted it (the partition is then failed with a new failure,
-// which no record failed with); if refused for promises still to return, it
-// waits a little first.
+// barrierLocked makes a no-record recovery that keeps the partition failed;
+// accepted, every promise of the failure has returned.
 func (pt *partition) barrierLocked() bool {
 	f := pt.failure
 	pt.inRound, pt.failedRd = nil, false
@@ -416,20 +355,15 @@ func (pt *partition) barrierLocked() bool {
 	return true
 }
 
-// callLocked calls kgo's recovery of failure f with rs, the lock released:
-// with keep, the partition stays failed, with the failure returned (still);
-// without, it is recovered, unless kgo returns the failure it is still failed
-// with (a record of rs failed it anew as it was buffered, or a topic's records
-// produced during its recovery were rejected): rs were taken all the same.
-// An error is a refusal: rs were not taken.
+// callLocked calls kgo's recovery of f with rs, the lock released: still is
+// the failure the partition is still failed with; an error, a refusal.
 func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
 	pt.calling = true
 	pt.mu.Unlock()
 	if keep {
 		still, err = pt.p.cl.RecoverProducePartitionKeepFailed(f, pt.roundPromise, rs...)
 	} else if err = pt.p.cl.RecoverProducePartition(f, pt.roundPromise, rs...); err != nil {
-		// The failure itself is returned when rs were taken; a
-		// refusal wraps it, or another.
+		// The failure itself: rs were taken; a refusal wraps one.
 		if g := (*kgo.ErrProducePartitionFailed)(nil); errors.As(err, &g) && err == error(g) {
 			still, err = g, nil
 		}
@@ -440,51 +374,39 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 	return still, err
 }
 
-// acceptedLocked takes kgo's acceptance of a recovery of failure f: the
-// partition is now failed with still, or recovered (nil).
+// acceptedLocked takes kgo's acceptance of a recovery of f: the partition is
+// now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.settled, pt.wait = false, 0
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	switch {
 	case still == f:
-		// A topic whose records produced during its recovery were
-		// rejected: kgo keeps it failed, and they were rejected for
-		// no fault of their own: they go whole, past the policies.
+		// A topic's records rejected during its recovery: whole.
 		pt.ownOf, pt.settled = f, true
 	case still != nil:
-		// Kept failed, with a new failure that no record failed with
-		// (or a record of rs failed it anew: it comes back with the
-		// round).
+		// A new failure (a record of rs that failed it comes back).
 		pt.failure, pt.ownOf = still, still
 	default:
 		pt.failure = nil // recovered
 	}
 }
 
-// refusedLocked takes kgo's refusal of a recovery of failure f: if kgo
-// failed the partition anew since, the new failure is the partition's; if kgo
-// refuses for good, the kept records are settled. A refusal for promises
-// still to return is waited out (waitPendingLocked): producers may keep a
-// failed partition rejecting faster than its promises return, but the
-// Producer does not hold up Produce for it, since that would hold up every
-// partition of the topic.
+// refusedLocked takes kgo's refusal of a recovery of f: a new failure is the
+// partition's; a refusal for good settles the kept records.
 func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
 	var g *kgo.ErrProducePartitionFailed
 	switch {
 	case errors.Is(err, kgo.ErrRecoveryPending):
 	case errors.As(err, &g) && g != f:
-		// kgo failed the partition anew since (a transaction abort
-		// recovered f): the records kept go with the new failure,
-		// before its own, in Produce order.
+		// Failed anew (an abort recovered f): kept records go first.
 		pt.failure, pt.wait = g, 0
 	default:
 		pt.unprotectedLocked(err)
 	}
 }
 
-// waitPendingLocked waits after a recovery refused because promises of the
-// failure have not all returned: until a record comes back, or a timer, since
-// the last promise may have been delivered already and be returning.
+// waitPendingLocked waits after ErrRecoveryPending until a record comes
+// back, or a timer: the last promise may be returning already.
 func (pt *partition) waitPendingLocked() {
 	d := max(pt.wait, minPendingWait)
 	pt.wait = min(2*d, maxPendingWait)
@@ -503,13 +425,11 @@ func (pt *partition) wake() {
 	pt.mu.Unlock()
 }
 
-// unprotectedLocked settles the kept records, each with its kgo error, once
-// kgo refuses to recover the partition for good (an abort recovered it, a
-// purge forgot it): nothing orders them, and they belong to what was undone.
+// unprotectedLocked settles the kept records with their kgo errors once kgo
+// refuses the recovery for good (an abort, a purge): nothing orders them.
 func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
-	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from = nil, nil, nil, false, 0, 0
-	pt.wait = 0
+	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from, pt.wait = nil, nil, nil, false, 0, 0, 0
 	for pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, pd.err)
@@ -517,8 +437,7 @@ func (pt *partition) unprotectedLocked(err error) {
 }
 
 // quarantinedLocked diverts the first n kept records (0: all) whose key is
-// quarantined, instead of producing them again (see divertKeyed): they were
-// produced after the record that quarantined it.
+// quarantined instead of producing them again.
 func (pt *partition) quarantinedLocked(n int) {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
@@ -541,9 +460,7 @@ func (pt *partition) quarantinedLocked(n int) {
 	}
 }
 
-// settleCanceledLocked settles, each alone with its context's error, the
-// first n kept records (0: all) whose context is done, before a round would
-// produce them.
+// settleCanceledLocked settles the first of n records whose context is done.
 func (pt *partition) settleCanceledLocked(n int) bool {
 	if n <= 0 || n > pt.q.len() {
 		n = pt.q.len()
@@ -572,7 +489,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	if pd == nil {
 		return
 	}
-	pt.p.result(pd, r, err) // a failure comes back to its partition first
+	pt.p.result(pd, r, err) // kept before it leaves the round
 	if err != nil {
 		pt.mu.Lock()
 		pt.leaveRoundLocked(r)
@@ -595,7 +512,7 @@ func (pt *partition) endRoundLocked() {
 	close(pt.roundEnd)
 	pt.roundEnd = nil
 	if pt.failedRd && !pt.roundKept {
-		pt.suspectRd = 0 // records produced after it may have failed with it: as a first failure
+		pt.suspectRd = 0 // later records may have failed with it: as a first failure
 	} else if pt.failedRd {
 		pt.suspectRd, pt.suspectHi = pt.round, pt.roundHi
 	} else if pt.roundRest {
@@ -604,24 +521,17 @@ func (pt *partition) endRoundLocked() {
 	pt.cond.Broadcast()
 }
 
-// resumeLocked ends a Stop: the records produced up to seq (before Resume)
-// still fail with ErrStopped when they come back; those produced after it,
-// which kgo rejects until its failure is recovered, are kept, and the worker
-// recovers the partition with them, in order, once every promise of the
-// failure has returned. Only the worker calls kgo: Resume may be called from
-// an application's kgo hook.
+// resumeLocked ends a Stop: records up to seq still fail with ErrStopped.
 func (pt *partition) resumeLocked(seq uint64) {
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	// What is kept from now on was rejected for the Stop, not for a
-	// fault of its own: it goes whole, past the policies.
+	// Rejected for the Stop, not its own fault: whole, past the policies.
 	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
 	pt.settled, pt.ownOf = true, pt.failure
 	pt.startLocked()
 	pt.cond.Broadcast()
 }
 
-// The partition is its policies' stepEnv.
-
+// backoff and deadLetter make the partition its policies' stepEnv.
 func (pt *partition) backoff(d time.Duration) bool {
 	if d <= 0 {
 		return !pt.p.isClosed()

@@ -26,22 +26,17 @@ type Producer struct {
 	bound        int64 // kgo.MaxBufferedPartitionRecords
 	maxBytes     int64 // kgo.MaxBufferedBytes
 
-	// seq numbers the records produced; attn counts what takes Produce off
-	// the no-failure path (holds, quarantines, Close). Both are read on it.
-	seq  atomic.Uint64
-	attn atomic.Int32
+	seq  atomic.Uint64 // numbers the records produced
+	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, Close)
 
-	// held counts the records the Producer holds: taken from kgo with a
-	// failure and not yet finished or handed back, in Produce's slow path,
-	// or produced where kgo may fail them unbuffered (see carry). Records
-	// handed back to kgo are counted in moved first (see drained).
+	// held counts the records kgo does not count buffered: kept after a
+	// failure, in Produce's slow path, or that kgo may fail unbuffered.
 	held    atomic.Int64
-	moved   atomic.Uint64
-	waiters atomic.Int32 // Flush calls waiting for held to fall to 0
+	moved   atomic.Uint64 // handed back to kgo (see drained)
+	waiters atomic.Int32  // Flush calls waiting for held to fall to 0
 	idleMu  sync.Mutex
 	idle    chan struct{} // closed when held falls to 0 with waiters
-
-	rounds atomic.Uint64 // numbers the recovery rounds of every partition
+	rounds  atomic.Uint64 // numbers the recovery rounds of every partition
 
 	closing   chan struct{}
 	closed    atomic.Bool
@@ -55,11 +50,9 @@ type Producer struct {
 }
 
 // NewProducer returns a Producer around a new kgo client built from kopts,
-// with kgo.FailPartitionOnProduceFailure and the Producer's failure hook
-// added, and kgo.MaxBufferedPartitionRecords(10000) unless kopts set it
-// (kgo.MaxBufferedPartitionRecords(0) turns it off). opts configure the
-// Producer (nil ones are ignored); without WithPolicies, the policies are
-// Retry(3, 100ms) then Drop, which never stop a partition.
+// with kgo.FailPartitionOnProduceFailure and the Producer's hook added, and
+// kgo.MaxBufferedPartitionRecords(10000) unless kopts set it (0 turns it
+// off). Nil opts are ignored.
 func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:      defaultConfig(),
@@ -77,8 +70,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
-	p.dl = newDeadLetters(p.cfg.policies)
-	p.dl.closing = p.closing
+	p.dl = newDeadLetters(p.cfg.policies, p.closing)
 	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
@@ -101,16 +93,10 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	return p, nil
 }
 
-// Client returns the underlying kgo client. Producing through it directly
-// bypasses the Producer's ordering protocol.
+// Client returns the kgo client; producing through it bypasses the Producer.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// hook is the Producer's kgo.HookProducePartitionFailed. kgo calls it
-// inline, where the partition fails, with its own locks held, on whatever
-// goroutine fails it (one of kgo's, a goroutine producing, or a partition's
-// worker inside a recovery): it must not block, nor take a lock that is held
-// across a call into kgo. It only counts: the Producer learns of each failure
-// from the promises of its records, which carry it.
+// hook is the Producer's kgo.HookProducePartitionFailed: it only counts.
 type hook struct{ p *Producer }
 
 func (h hook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
@@ -126,8 +112,7 @@ func (p *Producer) topic(name string) *topic {
 	return p.topics[name]
 }
 
-// lockPartition returns the state machine of a topic's partition (-1: the
-// topic), locked, made if need be.
+// lockPartition returns a partition's state machine, locked, made if need be.
 func (p *Producer) lockPartition(name string, id int32) *partition {
 	p.mu.Lock()
 	t := p.topics[name]
@@ -145,19 +130,13 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 
 // Produce produces r with kgo's semantics, keeping per-partition order across
 // failures. The promise is called exactly once: with nil once the record is
-// written, or with an error that wraps ErrDeadLettered, ErrDropped,
-// ErrStopped, ErrHeldFull or ErrClosed and the cause, with its own context's
-// error if that is done before the record could be written, or with kgo's
-// own error for a failure that fails no partition, such as a usage error (no
-// topic, an invalid record): such a record is not retried and holds nothing
-// back. A nil record, and a record to a dead-letter topic of the policies,
-// fail at once with an error.
-//
-// Produce blocks only where kgo's Produce does (kgo.MaxBufferedRecords), never
-// for the Producer's own state: not for MaxHeld or MaxHeldBytes, nor while a
-// partition recovers. As with kgo, a promise must not
-// block, and must not call Flush or Close; produce from a promise in a
-// goroutine of its own.
+// written; with an error wrapping one of the package's errors and the cause;
+// with the error of its own context (ctx or r.Context) if that is done when
+// its turn comes, outside the policies; or with kgo's error for a usage error
+// (no topic, an invalid record). A nil record, and a record to a dead-letter
+// topic, fail at once. Produce blocks only where kgo's Produce does, never
+// for a recovery: a record's partition is known only once kgo partitioned
+// it. As with kgo, a promise must not block, nor call Flush or Close.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -181,9 +160,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
 		return
 	}
-	// kgo fails a record before buffering it (not counted buffered) for
-	// no topic or a size over kgo.MaxBufferedBytes; with manual flushing
-	// or a transaction, for a full buffer or no transaction too.
+	// Records kgo may fail unbuffered (see counted) are counted held.
 	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes
 	if unbuffered {
 		p.hold(1)
@@ -191,8 +168,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 	p.carry(ctx, r, promise, seq, unbuffered)
 }
 
-// produceSlow is Produce while something takes it off the no-failure path.
-// The record is held until its promise has returned.
+// produceSlow is Produce off the no-failure path; the record is held.
 func (p *Producer) produceSlow(pd *pending) {
 	p.hold(1)
 	if p.isClosed() {
@@ -207,11 +183,8 @@ func (p *Producer) produceSlow(pd *pending) {
 	p.carry(pd.ctx, pd.r, pd.promise, pd.seq, true)
 }
 
-// carry gives a record to kgo, with one closure as its promise; a record
-// counted held (p.hold(1)) is counted out once its promise has returned. The
-// closure is kept small (it is the only allocation on the no-failure path):
-// the context travels in the record's Context, as kgo sets it, if it has
-// none of its own.
+// carry gives a record to kgo with one closure as its promise, kept small (the
+// no-failure path's only allocation); a counted record is counted out after.
 func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64, counted bool) {
 	if r.Context == nil && !counted {
 		r.Context = ctx
@@ -236,11 +209,8 @@ func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.R
 	})
 }
 
-// result takes a record's outcome from kgo: a record that failed or was
-// rejected with a failure of its partition (or topic) goes to that failure's
-// state machine, which holds it; anything else to the record's promise.
-// Called from kgo's promise, which kgo counts out of its buffered records
-// only after it returns: held counts a kept record first.
+// result takes a record's outcome from kgo's promise: a record failed or
+// rejected with a partition's failure goes to that partition, which holds it.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
@@ -274,18 +244,8 @@ func (p *Producer) hold(n int64) {
 	}
 }
 
-// handed counts n held records out once kgo took them back (and counts them
-// buffered).
-func (p *Producer) handed(n int) {
-	p.moved.Add(1)
-	p.hold(-int64(n))
-}
-
-// drained tells whether nothing is held nor buffered in kgo. Each record
-// produced is always counted in one or the other (kgo counts a record out
-// after its promise, which counts it held if kept; a record handed back is
-// counted buffered before it is counted out of held), unless it is handed
-// back between the two reads, which moved tells.
+// drained tells whether nothing is held nor buffered in kgo; moved tells a
+// hand-back between the two reads.
 func (p *Producer) drained() bool {
 	m := p.moved.Load()
 	return p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m
@@ -310,11 +270,7 @@ func (p *Producer) waitHeld(ctx context.Context) error {
 	}
 }
 
-// ProduceSync produces rs as Produce does and returns once every promise
-// has been called: the results in the order of rs, as
-// kgo.Client.ProduceSync. Where kgo stops lingering on the partitions of rs,
-// ProduceSync flushes the client while it waits, if it lingers or flushes
-// manually.
+// ProduceSync produces rs and returns their results, as kgo.Client.ProduceSync.
 func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.ProduceResults {
 	res := make(kgo.ProduceResults, len(rs))
 	var wg sync.WaitGroup
@@ -332,8 +288,7 @@ func (p *Producer) ProduceSync(ctx context.Context, rs ...*kgo.Record) kgo.Produ
 	return res
 }
 
-// flushUntil flushes the client until done is closed, if it would linger on
-// (or never send) the records of a recovery round or a dead-letter write.
+// flushUntil flushes the client until done is closed, if it lingers.
 func (p *Producer) flushUntil(done chan struct{}) {
 	if !p.lingers {
 		return
@@ -351,11 +306,9 @@ func (p *Producer) flushUntil(done chan struct{}) {
 
 func (p *Producer) isClosed() bool { return p.closed.Load() }
 
-// Flush waits until every record produced so far has finished: written,
-// diverted, dropped or failed, including records being recovered. It
-// flushes the client meanwhile, as kgo.Client.Flush does. As with kgo, a
-// record whose context ended while Produce waited for room in kgo's buffer
-// (kgo.MaxBufferedRecords) may be promised after Flush returns.
+// Flush flushes the client and waits until every record produced so far has
+// finished, including records being recovered (as with kgo, but a record whose
+// context ended while Produce blocked may be promised after).
 func (p *Producer) Flush(ctx context.Context) error {
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -373,13 +326,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 	}
 }
 
-// Close closes the Producer and its client. Records being recovered that have
-// not been produced again fail with ErrClosed; records in kgo fail as
-// kgo.Client.Close fails them. Every promise has been called, and has
-// returned, before Close returns (a Produce call that has not returned is
-// concurrent with Close: its promise may come after). Close does not wait for
-// buffered records: call Flush first for that. Do not call Close or Flush
-// from a promise.
+// Close closes the Producer and its client: records it holds fail with
+// ErrClosed, those in kgo as kgo.Client.Close fails them, and every promise
+// (but a concurrent Produce's) has returned. Flush first to write them.
 func (p *Producer) Close() { p.closeOnce.Do(p.close) }
 
 func (p *Producer) close() {
@@ -402,24 +351,15 @@ func (p *Producer) close() {
 }
 
 // Resume ends the Stop of every stopped partition of topic: records produced
-// to them from now on are produced, in order. Records produced to a stopped
-// partition before Resume still fail with ErrStopped, whenever their promise
-// comes. kgo resumes the partition only once every promise of its failure
-// has returned; until then it rejects the records produced after Resume too,
-// and the Producer keeps them and produces them again first, as in a
-// recovery. A Produce call that has not returned when Resume is called (one
-// blocked on kgo's MaxBufferedRecords, say) is concurrent with it: its record
-// may go either way. Resuming a topic that is not stopped is a no-op. Resume
-// does not call kgo (the partition's worker recovers it): it may be called
-// from an application's kgo hook.
+// to them from now on are written, in order; those produced before still fail
+// with ErrStopped. A concurrent Produce call may go either way. Resume does
+// not call kgo: it may be called from an application's kgo hook.
 func (p *Producer) Resume(topic string) {
 	t := p.topic(topic)
 	if t == nil {
 		return
 	}
-	// Records numbered up to seq were produced before this call (or
-	// concurrently with it); later ones after it.
-	seq := p.seq.Load()
+	seq := p.seq.Load() // produced before Resume
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pt := range t.parts {
@@ -431,9 +371,7 @@ func (p *Producer) Resume(topic string) {
 	}
 }
 
-// ReleaseQuarantine ends the quarantine of key in topic: later records with
-// the key are produced to topic again. Releasing a key that is not
-// quarantined is a no-op.
+// ReleaseQuarantine ends the quarantine of key in topic.
 func (p *Producer) ReleaseQuarantine(topic string, key []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -462,4 +400,71 @@ func (p *Producer) logf(level kgo.LogLevel, msg string, kvs ...any) {
 	if l, _ := p.cl.OptValue(kgo.WithLogger).(kgo.Logger); l != nil && l.Level() >= level {
 		l.Log(level, msg, kvs...)
 	}
+}
+
+type stats struct {
+	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled atomic.Int64
+}
+
+// Stats counts what the Producer did. Counts are of records unless noted.
+type Stats struct {
+	Failures     int64 // partition or topic failures kgo reported (hook calls, MaxBufferedPartitionRecords' too; not those of dead-letter topics)
+	Retries      int64 // records produced again by Retry (the first record of each round)
+	Isolations   int64 // records found failing on their own (a record-level cause), and settled
+	DeadLettered int64 // records diverted to a dead-letter topic
+	Dropped      int64 // records dropped by Drop
+	Stopped      int64 // records failed with ErrStopped: by Stop, produced while stopped, or of a stopped key
+	HeldFull     int64 // records failed with ErrHeldFull (MaxHeld, MaxHeldBytes)
+	Canceled     int64 // records settled with their own context's error, outside the policies
+	Quarantined  int64 // keys quarantined now
+	Held         int64 // failed and rejected records kept now, to settle or produce again, or produced again and not yet written
+	HeldBytes    int64 // their bytes (see MaxHeldBytes)
+
+	// PartitionHoldTime is, per topic and partition (-1: the topic), the
+	// total time the partition was failed or recovering.
+	PartitionHoldTime map[string]map[int32]time.Duration
+}
+
+func addHoldTime(m map[string]map[int32]time.Duration, topic string, part int32, d time.Duration) {
+	if m[topic] == nil {
+		m[topic] = map[int32]time.Duration{}
+	}
+	m[topic][part] += d
+}
+
+// Stats returns a snapshot of the Producer's counters.
+func (p *Producer) Stats() Stats {
+	s := Stats{
+		Failures:          p.st.failures.Load(),
+		Retries:           p.st.retries.Load(),
+		Isolations:        p.st.isolations.Load(),
+		DeadLettered:      p.st.deadLettered.Load(),
+		Dropped:           p.st.dropped.Load(),
+		Stopped:           p.st.stopped.Load(),
+		HeldFull:          p.st.heldFull.Load(),
+		Canceled:          p.st.canceled.Load(),
+		PartitionHoldTime: map[string]map[int32]time.Duration{},
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for topic, m := range p.holdTime {
+		for part, d := range m {
+			addHoldTime(s.PartitionHoldTime, topic, part, d)
+		}
+	}
+	for _, t := range p.topics {
+		t.mu.Lock()
+		for _, pt := range t.parts {
+			pt.mu.Lock()
+			s.Held += int64(pt.q.len() + len(pt.back) + len(pt.inRound))
+			s.HeldBytes += pt.bytes
+			addHoldTime(s.PartitionHoldTime, t.name, pt.id, time.Since(pt.since))
+			pt.mu.Unlock()
+		}
+		t.amu.Lock()
+		s.Quarantined += int64(len(t.quarantine.keys()))
+		t.amu.Unlock()
+		t.mu.Unlock()
+	}
+	return s
 }

@@ -8,8 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// pending is one record produced through the Producer, until its promise is
-// called.
+// pending is a record produced through the Producer.
 type pending struct {
 	seq      uint64 // Produce order, over the whole Producer
 	ctx      context.Context
@@ -21,8 +20,7 @@ type pending struct {
 	round    uint64 // the recovery round it last came back failed from
 }
 
-// size is what a record counts for against MaxHeldBytes: its key, value and
-// headers.
+// size is what a record counts for against MaxHeldBytes.
 func (pd *pending) size() int64 {
 	n := len(pd.r.Key) + len(pd.r.Value)
 	for _, h := range pd.r.Headers {
@@ -42,11 +40,9 @@ func (pd *pending) canceled() error {
 	return nil
 }
 
-// queue holds the failed and rejected records of a partition in Produce
-// order: kgo may promise rejected records before failed ones, and a round's
-// records come back failed after records rejected meanwhile, so they are
-// inserted by sequence. rs is the queue, base[off:]: the room that a round
-// leaves at the front takes its failed records back (insertFront).
+// queue holds a partition's kept records in Produce (seq) order, whatever
+// order they come back in. rs is base[off:]: the room a round leaves at the
+// front takes its failed records back (insertFront).
 type queue struct {
 	rs   []*pending
 	base []*pending
@@ -68,8 +64,7 @@ func (q *queue) insert(pd *pending) {
 	q.rs = q.base[q.off:]
 }
 
-// insertFront inserts rs, in order: in one step if they all go before the
-// queue's records (the failed records of a round), else one by one.
+// insertFront inserts rs, in order: in one step if they all go first.
 func (q *queue) insertFront(rs []*pending) {
 	if len(rs) == 0 || len(q.rs) > 0 && rs[len(rs)-1].seq > q.rs[0].seq {
 		for _, pd := range rs {
@@ -98,9 +93,7 @@ func (q *queue) remove(pd *pending) bool {
 	return false
 }
 
-// take removes and returns the records from i to j. The backing array is
-// dropped once the queue is empty, so that a long outage does not keep its
-// memory.
+// take removes and returns rs[i:j]; an empty queue drops its array.
 func (q *queue) take(i, j int) []*pending {
 	out := append([]*pending(nil), q.rs[i:j]...)
 	if i == 0 {
@@ -116,8 +109,8 @@ func (q *queue) take(i, j int) []*pending {
 	return out
 }
 
-// span counts the records from the front through the last one numbered up
-// to hi for which f holds, and returns the first such one (nil if none).
+// span counts the records from the front through the last one up to seq hi
+// for which f holds, and returns the first such one.
 func (q *queue) span(hi uint64, f func(*pending) bool) (n int, first *pending) {
 	for i := 0; i < len(q.rs) && q.rs[i].seq <= hi; i++ {
 		if f(q.rs[i]) {

@@ -6,12 +6,7 @@ import (
 )
 
 // topic is what the Producer keeps for a topic with a failed partition or a
-// quarantined key: its partitions' state machines (partition -1 for a failure
-// of the whole topic, before its records were partitioned), and what makes
-// Produce for the topic leave the no-failure path. A topic with neither is
-// forgotten.
-//
-// Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
+// quarantined key. Lock order: Producer.mu, topic.mu, partition.mu, topic.amu.
 type topic struct {
 	p    *Producer
 	name string
@@ -63,10 +58,9 @@ func (t *topic) forgetLocked() {
 	}
 }
 
-// setAttnLocked keeps the Producer's count of topics off the no-failure path.
+// setAttnLocked counts the topic in Producer.attn while it quarantines keys.
 func (t *topic) setAttnLocked() {
-	attn := len(t.quarantine) > 0
-	if attn != t.attn {
+	if attn := len(t.quarantine) > 0; attn != t.attn {
 		t.attn = attn
 		if attn {
 			t.p.attn.Add(1)
@@ -76,9 +70,7 @@ func (t *topic) setAttnLocked() {
 	}
 }
 
-// admit tells a Produce of the topic whether to divert the record numbered
-// seq with key (its key is quarantined: ok) or go on (as for a topic with
-// nothing kept).
+// admit tells Produce whether a record's key is quarantined (ok).
 func (t *topic) admit(key []byte, seq uint64) (q quarantined, ok bool) {
 	if t == nil {
 		return q, false
