@@ -136,6 +136,7 @@ func (pt *partition) run() {
 				return
 			}
 			// Nothing to produce again: one attempt to un-fail it.
+			pt.from = 0 // no half is left to keep it failed for
 			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
 				pt.waitPendingLocked()
 			}

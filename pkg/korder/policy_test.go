@@ -378,3 +378,25 @@ func TestQuarantineRoomIsReserved(t *testing.T) {
 		t.Errorf("%d dead-lettered, %d keys quarantined: want 1 of each", diverted, len(quarantined))
 	}
 }
+
+// A policy that settles the last record kept recovers the partition: the
+// worker made no-record recoveries that kept it failed (it still counted
+// the settled record's policy as a half's), spinning on a core, until a
+// later record came back. Seen in the Producer keeping the topic.
+func TestSettlingTheLastRecordRecovers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	defer cancel()
+	c := newCluster(t, 1)
+	poison(c)
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Drop()))
+	if err := produceSync(ctx, p, &kgo.Record{Topic: topic, Value: []byte("POISON")}); !errors.Is(err, korder.ErrDropped) {
+		t.Fatalf("got %v, want ErrDropped", err)
+	}
+	for korder.Topics(p) != 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the partition is kept failed after its last record was dropped: %+v", p.Stats())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
