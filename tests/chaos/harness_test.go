@@ -839,7 +839,7 @@ func (r *run) promise(a *attempt, kr *kgo.Record, err error) {
 			r.doomTxn()
 		case what == "" && !r.closing:
 			r.violate("korder", []*rec{rr}, "%v: korder promise failed with %v, which wraps none of ErrDropped, ErrDeadLettered, ErrStopped, nor its own context's error", rr, err)
-		case what == "stopped" && !r.rc.txn() && !strings.Contains(err.Error(), "key quarantined"):
+		case what == "stopped" && !r.rc.txn() && !strings.Contains(err.Error(), "stopped after a produce failure: key "): // a stopped key, not its partition
 			// Stop's contract is about the records produced after
 			// this one and before Resume was called (checkStopped).
 			// A record produced before a Resume can get ErrStopped
