@@ -185,9 +185,10 @@ func (p *Producer) produceSlow(pd *pending) {
 
 // carry gives a record to kgo with one closure as its promise, kept small (the
 // no-failure path's only allocation); a counted record is counted out after.
+// A record without a Context gets ctx from kgo.Produce, first thing: the
+// closure need not hold it.
 func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64, counted bool) {
 	if r.Context == nil && !counted {
-		r.Context = ctx
 		p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err != nil {
 				p.result(&pending{seq: seq, ctx: r.Context, r: r, promise: promise}, r, err)
