@@ -6,3 +6,8 @@ func Topics(p *Producer) int {
 	defer p.mu.Unlock()
 	return len(p.topics)
 }
+
+// SetTestHooks sets p's test hooks (see testHooks); call it before any Produce.
+func SetTestHooks(p *Producer, called func(n int, keep, accepted bool), parked func()) {
+	p.test = &testHooks{called: called, parked: parked}
+}

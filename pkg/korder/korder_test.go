@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -115,7 +116,9 @@ func (ps *promises) wait(ctx context.Context, t *testing.T) {
 	select {
 	case <-done:
 	case <-ctx.Done():
-		t.Fatal("promises did not all run")
+		buf := make([]byte, 4<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("promises did not all run; goroutines:\n%s", buf) // for a hang seen once in CI
 	}
 }
 

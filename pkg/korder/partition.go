@@ -31,6 +31,7 @@ type partition struct {
 	ownOf     *kgo.ErrProducePartitionFailed // the last failure a record came back failed with (not rejected)
 	probed    *kgo.ErrProducePartitionFailed // the failure a no-record recovery started: every promise before it returned
 	calling   bool                           // the worker is in a recovery call, mu released: records that come back wait
+	parked    int                            // records waiting in arriveLocked for calling to end: the partition is not idle (forget)
 	stopped   error                          // Stop's error (ErrStopped, wrapping the cause): records that come back fail with it
 	resumed   uint64                         // after Resume until recovered: records up to this seq that come back are stopped
 	stopCause error                          // the error of the Stop that Resume ended
@@ -64,7 +65,12 @@ const (
 // rejected (its error is fe) with a failure of the partition.
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
 	for pt.calling { // see partition
+		pt.parked++ // forget must not drop pt meanwhile: the record would come back to a partition no longer kept
+		if h := pt.p.test; h != nil && h.parked != nil {
+			h.parked()
+		}
 		pt.cond.Wait()
+		pt.parked--
 	}
 	pd.err, pd.rejected = err, err == error(fe)
 	pt.failure = fe                 // kgo may have failed it anew
@@ -368,6 +374,9 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 		if g := (*kgo.ErrProducePartitionFailed)(nil); errors.As(err, &g) && err == error(g) {
 			still, err = g, nil
 		}
+	}
+	if h := pt.p.test; h != nil && h.called != nil {
+		h.called(len(rs), keep, err == nil)
 	}
 	pt.mu.Lock()
 	pt.calling = false

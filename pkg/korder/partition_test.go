@@ -507,3 +507,62 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// A record of a new failure comes back while the worker is in the no-record
+// recovery that ends the last one: the worker must not forget the partition
+// as it ends, or the record starts a second worker for it, which takes a
+// healthy record that fails with the next poison record for its culprit.
+func TestArrivalDuringLastRecoveryKeepsPartition(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	poison(c)
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.Drop()))
+	inCall, parked := make(chan struct{}), make(chan struct{})
+	var callOnce, parkOnce sync.Once
+	korder.SetTestHooks(p, func(n int, keep, accepted bool) {
+		if n == 0 && !keep && accepted { // the recovery that ends the failure
+			callOnce.Do(func() {
+				close(inCall)
+				select { // until the next failure's record waits for it
+				case <-parked:
+				case <-ctx.Done():
+				}
+			})
+		}
+	}, func() { parkOnce.Do(func() { close(parked) }) })
+	ps := newPromises()
+	p.Produce(ctx, rec(0, "a", 0), ps.fn())
+	p.Produce(ctx, poisonValue(rec(0, "a", 1)), ps.fn())
+	select {
+	case <-inCall:
+	case <-ctx.Done():
+		t.Fatal("no recovery ended the first failure")
+	}
+	poisoned := poisonValue(rec(0, "b", 0))
+	p.Produce(ctx, poisoned, ps.fn())
+	select {
+	case <-parked:
+	case <-ctx.Done():
+		t.Fatal("the second failure's record did not come back during the recovery")
+	}
+	var bs []*kgo.Record
+	for i := 1; i <= 20; i++ {
+		bs = append(bs, rec(0, "b", i))
+		p.Produce(ctx, bs[len(bs)-1], ps.fn())
+	}
+	ps.wait(ctx, t)
+	errs := ps.check(t)
+	if !errors.Is(errs[poisoned], korder.ErrDropped) {
+		t.Errorf("poison record: %v, expected ErrDropped", errs[poisoned])
+	}
+	var last int64 = -1
+	for _, r := range bs {
+		if err := errs[r]; err != nil {
+			t.Errorf("%s: %v, expected written", r.Value, err)
+		} else if r.Offset <= last {
+			t.Errorf("%s written at offset %d, after offset %d", r.Value, r.Offset, last)
+		} else {
+			last = r.Offset
+		}
+	}
+}

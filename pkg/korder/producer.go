@@ -46,7 +46,16 @@ type Producer struct {
 	topics   map[string]*topic
 	holdTime map[string]map[int32]time.Duration
 
-	st stats
+	st   stats
+	test *testHooks // nil but in tests
+}
+
+// testHooks are set by tests before any Produce: called runs after a
+// recovery call (n records), the lock released; parked when a record that
+// came back waits for one to end.
+type testHooks struct {
+	called func(n int, keep, accepted bool)
+	parked func()
 }
 
 // NewProducer returns a Producer around a new kgo client built from kopts,
