@@ -40,6 +40,8 @@ type partition struct {
 	arrived   uint64                         // records that came back (failed or rejected)
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
+	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
+	rsGen     uint64                         // q.gen when rs was made
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
 	round     uint64                         // the last round sent (numbered over the Producer)
 	failedRd  bool                           // a record of the last round came back failed
@@ -267,7 +269,7 @@ func (pt *partition) stopLocked(cause error) {
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
 	pt.q.insertFront(pt.back)
-	pt.back = nil
+	pt.back, pt.rs = nil, nil
 	for err != nil && pt.q.len() > 0 {
 		pd := pt.q.front()
 		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
@@ -306,41 +308,36 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	}
 	// A part, a Retry's first batch and a half keep the partition failed.
 	keep := n < pt.q.len() || rest || pt.from > 0
-	taken := pt.q.take(0, n)
-	rs := make([]*kgo.Record, n)
-	var inRound map[*kgo.Record]*pending
-	if n > 0 {
-		inRound = make(map[*kgo.Record]*pending, n)
+	if len(pt.rs) != n || pt.rsGen != pt.q.gen { // else the same as the last refused call's
+		pt.rs = pt.rs[:0] // kgo keeps the records, not the slice
+		for _, pd := range pt.q.rs[:n] {
+			pt.rs = append(pt.rs, pd.r)
+		}
+		pt.rsGen = pt.q.gen
 	}
-	for i, pd := range taken {
-		rs[i] = pd.r
-		inRound[pd.r] = pd // known before kgo may promise them
-	}
-	pt.inRound, pt.failedRd = inRound, false
+	pt.failedRd = false
 	f := pt.failure
-	still, err := pt.callLocked(f, keep, rs)
+	still, err := pt.callLocked(f, keep, pt.rs)
+	if err == nil || !errors.Is(err, kgo.ErrRecoveryPending) {
+		clear(pt.rs)
+		pt.rs = pt.rs[:0]
+	}
 	if err != nil {
-		pt.inRound = nil
-		pt.q.insertFront(taken)
 		pt.refusedLocked(f, err)
 		return err
 	}
 	pt.acceptedLocked(f, still)
 	if n == 0 {
-		pt.inRound = nil
 		return nil
 	}
-	// The round's promises may have come while the lock was released.
+	// Its promises wait for the lock (see callLocked).
 	pt.round = pt.p.rounds.Add(1)
-	pt.roundRest, pt.roundKept, pt.roundHi, pt.roundN = rest, keep, taken[n-1].seq, n
+	pt.roundRest, pt.roundKept, pt.roundN = rest, keep, n
 	pt.p.moved.Add(1) // before held: see drained
 	pt.p.hold(-int64(n))
 	pt.roundEnd = make(chan struct{})
 	if pt.p.manual { // else the round lingers as any record: a flush would stop every partition's batching
 		pt.p.flushUntil(pt.roundEnd)
-	}
-	if len(pt.inRound) == 0 {
-		pt.endRoundLocked()
 	}
 	return nil
 }
@@ -349,7 +346,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 // accepted, every promise of the failure has returned.
 func (pt *partition) barrierLocked() bool {
 	f := pt.failure
-	pt.inRound, pt.failedRd = nil, false
+	pt.failedRd = false
 	still, err := pt.callLocked(f, true, nil)
 	if err != nil {
 		if pt.refusedLocked(f, err); errors.Is(err, kgo.ErrRecoveryPending) {
@@ -362,8 +359,10 @@ func (pt *partition) barrierLocked() bool {
 	return true
 }
 
-// callLocked calls kgo's recovery of f with rs, the lock released: still is
-// the failure the partition is still failed with; an error, a refusal.
+// callLocked calls kgo's recovery of f with rs, the first kept records, the
+// lock released: still is the failure the partition is still failed with; an
+// error, a refusal. Accepted, rs leave q for inRound before a record of the
+// round (waiting for calling to end) is seen: a refusal costs no more than rs.
 func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
 	pt.calling = true
 	pt.mu.Unlock()
@@ -379,6 +378,12 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 		h.called(len(rs), keep, err == nil)
 	}
 	pt.mu.Lock()
+	if n := len(rs); err == nil && n > 0 {
+		pt.inRound = make(map[*kgo.Record]*pending, n)
+		for _, pd := range pt.q.take(0, n) {
+			pt.inRound[pd.r], pt.roundHi = pd, pd.seq
+		}
+	}
 	pt.calling = false
 	pt.cond.Broadcast() // records that came back meanwhile
 	return still, err
@@ -488,6 +493,9 @@ func (pt *partition) settleCanceledLocked(n int) bool {
 // roundPromise is the promise of the records produced again.
 func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	pt.mu.Lock()
+	for pt.calling { // see callLocked
+		pt.cond.Wait()
+	}
 	pd := pt.inRound[r]
 	if pd != nil {
 		pt.bytes -= pd.size() // counted again if it comes back here

@@ -47,6 +47,7 @@ type queue struct {
 	rs   []*pending
 	base []*pending
 	off  int
+	gen  uint64 // changes when records are taken, or one is inserted before the last
 }
 
 func (q *queue) len() int { return len(q.rs) }
@@ -57,6 +58,7 @@ func (q *queue) insert(pd *pending) {
 	i := len(q.rs)
 	if i > 0 && q.rs[i-1].seq > pd.seq {
 		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
+		q.gen++
 	}
 	q.base = append(q.base, nil)
 	copy(q.base[q.off+i+1:], q.base[q.off+i:])
@@ -72,6 +74,7 @@ func (q *queue) insertFront(rs []*pending) {
 		}
 		return
 	}
+	q.gen++
 	if q.off < len(rs) {
 		q.base = append(append(make([]*pending, 0, len(rs)+len(q.rs)), rs...), q.rs...)
 		q.off = 0
@@ -95,6 +98,7 @@ func (q *queue) remove(pd *pending) bool {
 
 // take removes and returns rs[i:j]; an empty queue drops its array.
 func (q *queue) take(i, j int) []*pending {
+	q.gen++
 	out := append([]*pending(nil), q.rs[i:j]...)
 	if i == 0 {
 		clear(q.rs[:j])
