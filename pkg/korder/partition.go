@@ -17,8 +17,10 @@ import (
 // one worker settles them and hands records back with kgo's recovery, which
 // kgo refuses (ErrRecoveryPending) until every promise of the failure has
 // returned. mu is never held across a kgo call: while the worker is in one
-// (calling), a record that comes back waits, its promise keeping kgo from
-// recovering its failure without it. cond signals every change.
+// (calling), a record that comes back waits (counted in parked, so that the
+// partition is not forgotten), its promise keeping kgo from recovering its
+// failure without it, and so does the promise of a record of the round the
+// call hands kgo. cond signals every change.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -508,6 +510,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 		return
 	}
 	pt.p.result(pd, r, err) // kept before it leaves the round
+	// No call meanwhile: the worker waits for the round's records (run).
 	if err != nil {
 		pt.mu.Lock()
 		pt.leaveRoundLocked(r)
@@ -517,7 +520,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 
 func (pt *partition) leaveRoundLocked(r *kgo.Record) {
 	delete(pt.inRound, r)
-	if len(pt.inRound) == 0 && pt.roundEnd != nil { // else the worker, back from kgo, ends it
+	if len(pt.inRound) == 0 && pt.roundEnd != nil { // roundEnd is made with inRound, before any promise of the round is seen
 		pt.endRoundLocked()
 	}
 }

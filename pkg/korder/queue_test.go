@@ -45,3 +45,28 @@ func TestQueueOrder(t *testing.T) {
 		t.Error("an emptied queue keeps its array")
 	}
 }
+
+// gen changes whenever the records at the front may differ: not for a record
+// inserted last.
+func TestQueueGen(t *testing.T) {
+	var q queue
+	step := func(name string, f func(), changes bool) {
+		t.Helper()
+		gen := q.gen
+		f()
+		if (q.gen != gen) != changes {
+			t.Errorf("%s: gen changed %v, expected %v", name, q.gen != gen, changes)
+		}
+	}
+	a, b, c, d := &pending{seq: 1}, &pending{seq: 2}, &pending{seq: 3}, &pending{seq: 4}
+	step("insert into an empty queue", func() { q.insert(b) }, false)
+	step("insert last", func() { q.insert(d) }, false)
+	step("insert in the middle", func() { q.insert(c) }, true)
+	var round []*pending
+	step("take", func() { round = q.take(0, 1) }, true)
+	step("insertFront", func() { q.insertFront(round) }, true)
+	step("insertFront of nothing", func() { q.insertFront(nil) }, false)
+	step("insert first", func() { q.insert(a) }, true)
+	step("remove", func() { q.remove(c) }, true)
+	step("remove of a record not kept", func() { q.remove(c) }, false)
+}
