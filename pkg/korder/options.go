@@ -79,17 +79,13 @@ func atLeast1[T int | int64](name string, n T, set func(*config)) Opt {
 // Policy). The default, Retry(3, 100*time.Millisecond) then Drop(), does what
 // a kgo user expects: a record that keeps failing gets its error (wrapped in
 // ErrDropped) and the partition goes on, in order; only Stop stops one.
-func WithPolicies(policies ...Policy) Opt {
-	return func(c *config) { c.policies = policies }
-}
+func WithPolicies(policies ...Policy) Opt { return func(c *config) { c.policies = policies } }
 
 // MaxHeld bounds the records the Producer keeps for one failed partition (or
 // topic): those it holds, and those it produced again not yet written. At the
 // bound, a further record kgo fails or rejects for the partition fails with
 // ErrHeldFull; Produce never blocks on it. There is no bound by default.
-func MaxHeld(n int) Opt {
-	return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n })
-}
+func MaxHeld(n int) Opt { return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n }) }
 
 // MaxHeldBytes bounds, as MaxHeld, the key, value and header bytes kept for
 // one failed partition; the default is DefaultMaxHeldBytes.

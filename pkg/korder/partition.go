@@ -17,9 +17,8 @@ import (
 // one worker settles them and hands records back with kgo's recovery, which
 // kgo refuses (ErrRecoveryPending) until every promise of the failure has
 // returned. mu is never held across a kgo call: while the worker is in one
-// (calling), a record that comes back waits (counted in parked, so that the
-// partition is not forgotten), its promise keeping kgo from recovering its
-// failure without it, and so does the promise of a record of the round the
+// (calling), a record that comes back waits (parked), its promise keeping kgo
+// from recovering its failure without it, as does a promise of the round the
 // call hands kgo. cond signals every change.
 type partition struct {
 	p  *Producer
@@ -70,9 +69,6 @@ const (
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
 	for pt.calling { // see partition
 		pt.parked++ // forget must not drop pt meanwhile: the record would come back to a partition no longer kept
-		if h := pt.p.test; h != nil && h.parked != nil {
-			h.parked()
-		}
 		pt.cond.Wait()
 		pt.parked--
 	}
@@ -321,8 +317,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	f := pt.failure
 	still, err := pt.callLocked(f, keep, pt.rs)
 	if err == nil || !errors.Is(err, kgo.ErrRecoveryPending) {
-		clear(pt.rs)
-		pt.rs = pt.rs[:0]
+		pt.rs = nil
 	}
 	if err != nil {
 		pt.refusedLocked(f, err)
@@ -363,8 +358,7 @@ func (pt *partition) barrierLocked() bool {
 
 // callLocked calls kgo's recovery of f with rs, the first kept records, the
 // lock released: still is the failure the partition is still failed with; an
-// error, a refusal. Accepted, rs leave q for inRound before a record of the
-// round (waiting for calling to end) is seen: a refusal costs no more than rs.
+// error, a refusal. Accepted, rs leave q for inRound before their promises run.
 func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
 	pt.calling = true
 	pt.mu.Unlock()
@@ -376,8 +370,8 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 			still, err = g, nil
 		}
 	}
-	if h := pt.p.test; h != nil && h.called != nil {
-		h.called(len(rs), keep, err == nil)
+	if pt.p.testCalled != nil {
+		pt.p.testCalled(len(rs), keep, err == nil)
 	}
 	pt.mu.Lock()
 	if n := len(rs); err == nil && n > 0 {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -518,18 +519,19 @@ func TestArrivalDuringLastRecoveryKeepsPartition(t *testing.T) {
 	poison(c)
 	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.Drop()))
 	inCall, parked := make(chan struct{}), make(chan struct{})
-	var callOnce, parkOnce sync.Once
+	var callOnce sync.Once
 	korder.SetTestHooks(p, func(n int, keep, accepted bool) {
 		if n == 0 && !keep && accepted { // the recovery that ends the failure
 			callOnce.Do(func() {
 				close(inCall)
-				select { // until the next failure's record waits for it
-				case <-parked:
-				case <-ctx.Done():
+				// Until the next failure's record waits for it.
+				for korder.Parked(p, topic, 0) == 0 && ctx.Err() == nil {
+					runtime.Gosched()
 				}
+				close(parked)
 			})
 		}
-	}, func() { parkOnce.Do(func() { close(parked) }) })
+	})
 	ps := newPromises()
 	p.Produce(ctx, rec(0, "a", 0), ps.fn())
 	p.Produce(ctx, poisonValue(rec(0, "a", 1)), ps.fn())

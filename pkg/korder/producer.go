@@ -46,16 +46,10 @@ type Producer struct {
 	topics   map[string]*topic
 	holdTime map[string]map[int32]time.Duration
 
-	st   stats
-	test *testHooks // nil but in tests
-}
-
-// testHooks are set by tests before any Produce: called runs after a
-// recovery call (n records), the lock released; parked when a record that
-// came back waits for one to end.
-type testHooks struct {
-	called func(n int, keep, accepted bool)
-	parked func()
+	st stats
+	// Tests only, set before any Produce: after a recovery call of n
+	// records, the lock released.
+	testCalled func(n int, keep, accepted bool)
 }
 
 // NewProducer returns a Producer around a new kgo client built from kopts,

@@ -60,14 +60,13 @@ func (t *topic) forgetLocked() {
 
 // setAttnLocked counts the topic in Producer.attn while it quarantines keys.
 func (t *topic) setAttnLocked() {
-	if attn := len(t.quarantine) > 0; attn != t.attn {
-		t.attn = attn
-		if attn {
-			t.p.attn.Add(1)
-		} else {
-			t.p.attn.Add(-1)
-		}
+	switch attn := len(t.quarantine) > 0; {
+	case attn && !t.attn:
+		t.p.attn.Add(1)
+	case !attn && t.attn:
+		t.p.attn.Add(-1)
 	}
+	t.attn = len(t.quarantine) > 0
 }
 
 // admit tells Produce whether a record's key is quarantined (ok).
