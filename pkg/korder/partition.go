@@ -104,6 +104,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	} else {
 		pt.q.insert(pd)
 	}
+	pt.p.hold(1) // before the worker may settle it
 	pt.startLocked()
 	return nil
 }
@@ -273,11 +274,9 @@ func (pt *partition) endLocked(err error) {
 		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
 	}
 	pt.worker = false
-	if pt.stopped == nil && pt.failure == nil && pt.q.len() == 0 {
-		pt.mu.Unlock()
-		pt.t.forget(pt)
-		pt.mu.Lock()
-	}
+	pt.mu.Unlock()
+	pt.t.forget(pt) // if idle: forget checks under every lock
+	pt.mu.Lock()
 }
 
 // produceLocked hands the first n kept records (0: all) back to kgo (see
@@ -316,7 +315,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	pt.failedRd = false
 	f := pt.failure
 	still, err := pt.callLocked(f, keep, pt.rs)
-	if err == nil || !errors.Is(err, kgo.ErrRecoveryPending) {
+	if !errors.Is(err, kgo.ErrRecoveryPending) {
 		pt.rs = nil
 	}
 	if err != nil {
@@ -492,17 +491,12 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	for pt.calling { // see callLocked
 		pt.cond.Wait()
 	}
-	pd := pt.inRound[r]
-	if pd != nil {
-		pt.bytes -= pd.size() // counted again if it comes back here
-		if err == nil {
-			pt.leaveRoundLocked(r) // written: no longer kept once its promise runs
-		}
+	pd := pt.inRound[r]   // every record kgo took (see callLocked)
+	pt.bytes -= pd.size() // counted again if it comes back here
+	if err == nil {
+		pt.leaveRoundLocked(r) // written: no longer kept once its promise runs
 	}
 	pt.mu.Unlock()
-	if pd == nil {
-		return
-	}
 	pt.p.result(pd, r, err) // kept before it leaves the round
 	// No call meanwhile: the worker waits for the round's records (run).
 	if err != nil {
@@ -514,7 +508,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 
 func (pt *partition) leaveRoundLocked(r *kgo.Record) {
 	delete(pt.inRound, r)
-	if len(pt.inRound) == 0 && pt.roundEnd != nil { // roundEnd is made with inRound, before any promise of the round is seen
+	if len(pt.inRound) == 0 {
 		pt.endRoundLocked()
 	}
 }

@@ -219,15 +219,11 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
 		pt := p.lockPartition(fe.Topic, fe.Partition)
-		settle := pt.arriveLocked(pd, fe, err)
-		if settle == nil {
-			p.hold(1) // before the worker may settle it
-		}
+		err = pt.arriveLocked(pd, fe, err)
 		pt.mu.Unlock()
-		if settle == nil {
+		if err == nil {
 			return
 		}
-		err = settle
 	}
 	pd.promise(r, err)
 }
