@@ -60,7 +60,8 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	})
 }
 
-// recover recovers f, again while refused as pending or kept failed (a topic).
+// recover recovers f, trying again while kgo refuses for pending promises or
+// keeps a topic failed; a failure kgo no longer has is done.
 func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 	defer d.recovering.Delete(f)
 	wait := minPendingWait
@@ -69,9 +70,11 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
 		if !errors.Is(err, kgo.ErrRecoveryPending) && err != error(f) {
 			return // recovered, or no longer kgo's failure
 		}
+		tm := time.NewTimer(wait)
 		select {
-		case <-time.After(wait):
+		case <-tm.C:
 		case <-d.closing:
+			tm.Stop()
 			return
 		}
 		wait = min(2*wait, maxPendingWait)
@@ -109,7 +112,8 @@ func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	return quarantined{}, false
 }
 
-// reserve reserves key's room before its first copy (e, if made); false: full.
+// reserve reserves room to quarantine key before its first copy is written:
+// false if the quarantine is full. It returns the reservation made, if any.
 func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
@@ -135,7 +139,8 @@ func (t *topic) release(key []byte) bool {
 	return ok
 }
 
-// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops it.
+// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops
+// the key.
 func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
 	if q.stopped != nil {
 		p.st.stopped.Add(1)

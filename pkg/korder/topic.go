@@ -16,7 +16,7 @@ type topic struct {
 
 	amu        sync.Mutex
 	quarantine quarantine
-	attn       int32 // 1, counted in Producer.attn: it quarantines keys
+	attn       bool // counted in Producer.attn
 }
 
 // partitionLocked returns partition id's state machine, made if need be.
@@ -44,9 +44,6 @@ func (t *topic) forget(pt *partition) {
 		return
 	}
 	delete(t.parts, pt.id)
-	pt.mu.Lock()
-	pt.slowLocked(0) // resumed, then refused for good
-	pt.mu.Unlock()
 	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
 	t.forgetLocked()
 }
@@ -63,9 +60,13 @@ func (t *topic) forgetLocked() {
 
 // setAttnLocked counts the topic in Producer.attn while it quarantines keys.
 func (t *topic) setAttnLocked() {
-	n := int32(min(len(t.quarantine), 1))
-	t.p.attn.Add(n - t.attn)
-	t.attn = n
+	switch attn := len(t.quarantine) > 0; {
+	case attn && !t.attn:
+		t.p.attn.Add(1)
+	case !attn && t.attn:
+		t.p.attn.Add(-1)
+	}
+	t.attn = len(t.quarantine) > 0
 }
 
 // admit tells Produce whether a record's key is quarantined (ok).
