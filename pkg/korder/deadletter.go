@@ -27,7 +27,7 @@ type deadLetters struct {
 	topics  map[string]bool // the policies' dead-letter topics (read only)
 	closing <-chan struct{}
 
-	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered
+	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered: a chan closed once done
 }
 
 func newDeadLetters(policies []Policy, closing <-chan struct{}) *deadLetters {
@@ -48,21 +48,34 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
 	)
-	c := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}
+	d.produce(&kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}, done)
+}
+
+// produce produces a copy. One rejected for an earlier copy's failure (never
+// sent) is produced again once that failure is recovered.
+func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
 		var f *kgo.ErrProducePartitionFailed
-		if errors.As(err, &f) { // the failure the copy failed with
-			if _, busy := d.recovering.LoadOrStore(f, true); !busy {
-				go d.recover(f)
-			}
+		if !errors.As(err, &f) {
+			done(err)
+			return
 		}
-		done(err)
+		v, busy := d.recovering.LoadOrStore(f, make(chan struct{}))
+		if ch := v.(chan struct{}); !busy {
+			go d.recover(f, ch)
+		}
+		if err != error(f) { // failed itself
+			done(err)
+		} else { // recover closes ch once done, or closing
+			go func() { <-v.(chan struct{}); d.produce(c, done) }()
+		}
 	})
 }
 
 // recover recovers f, trying again while kgo refuses for pending promises or
 // keeps a topic failed; a failure kgo no longer has is done.
-func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed) {
+func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed, recovered chan struct{}) {
+	defer close(recovered)
 	defer d.recovering.Delete(f)
 	wait := minPendingWait
 	for {

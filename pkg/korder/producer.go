@@ -434,17 +434,10 @@ func addHoldTime(m map[string]map[int32]time.Duration, topic string, part int32,
 
 // Stats returns a snapshot of the Producer's counters.
 func (p *Producer) Stats() Stats {
-	s := Stats{
-		Failures:          p.st.failures.Load(),
-		Retries:           p.st.retries.Load(),
-		Isolations:        p.st.isolations.Load(),
-		DeadLettered:      p.st.deadLettered.Load(),
-		Dropped:           p.st.dropped.Load(),
-		Stopped:           p.st.stopped.Load(),
-		HeldFull:          p.st.heldFull.Load(),
-		Canceled:          p.st.canceled.Load(),
-		PartitionHoldTime: map[string]map[int32]time.Duration{},
-	}
+	st := &p.st
+	s := Stats{Failures: st.failures.Load(), Retries: st.retries.Load(), Isolations: st.isolations.Load(),
+		DeadLettered: st.deadLettered.Load(), Dropped: st.dropped.Load(), Stopped: st.stopped.Load(),
+		HeldFull: st.heldFull.Load(), Canceled: st.canceled.Load(), PartitionHoldTime: map[string]map[int32]time.Duration{}}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for topic, m := range p.holdTime {
