@@ -61,13 +61,14 @@ func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 			return
 		}
 		v, busy := d.recovering.LoadOrStore(f, make(chan struct{}))
-		if ch := v.(chan struct{}); !busy {
+		ch := v.(chan struct{})
+		if !busy {
 			go d.recover(f, ch)
 		}
 		if err != error(f) { // failed itself
 			done(err)
 		} else { // recover closes ch once done, or closing
-			go func() { <-v.(chan struct{}); d.produce(c, done) }()
+			go func() { <-ch; d.produce(c, done) }()
 		}
 	})
 }
