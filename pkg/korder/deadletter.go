@@ -84,11 +84,9 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed, recovered chan s
 		if !errors.Is(err, kgo.ErrRecoveryPending) && err != error(f) {
 			return // recovered, or no longer kgo's failure
 		}
-		tm := time.NewTimer(wait)
 		select {
-		case <-tm.C:
+		case <-time.After(wait):
 		case <-d.closing:
-			tm.Stop()
 			return
 		}
 		wait = min(2*wait, maxPendingWait)
@@ -167,7 +165,7 @@ func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(e
 			p.st.deadLettered.Add(1)
 			err = fmt.Errorf("%w: key quarantined: %w", ErrDeadLettered, q.cause)
 		case errors.Is(err, kgo.ErrClientClosed):
-			err = fmt.Errorf("%w: %w", ErrClosed, err)
+			err = wrap(ErrClosed, err)
 		default:
 			p.st.stopped.Add(1)
 			err = fmt.Errorf("%w: key %q quarantined, and %w: %w", ErrStopped, pd.r.Key, ErrDeadLetterFailed, err)

@@ -26,17 +26,23 @@ import (
 // not fit fail with ErrHeldFull (counted), Produce never blocks, and the
 // healthy partition is written meanwhile. Only records whose rejection had
 // come back counted, and Produce blocked at the bound: 300 of 300 Produce
-// calls returned with MaxHeld(100), 300 held; 370 with MaxHeld(50).
+// calls returned with MaxHeld(100), 300 held; 370 with MaxHeld(50). The
+// default bound is DefaultMaxHeld: before, nothing but MaxHeldBytes (64 MiB
+// per partition) bounded what was kept.
 func TestMaxHeldBoundsWhatIsKept(t *testing.T) {
-	for _, bound := range []int{100, 50} {
+	for _, bound := range []int{100, 50, korder.DefaultMaxHeld} {
+		opts, n := []korder.Opt{korder.MaxHeld(bound)}, 400
+		if bound == korder.DefaultMaxHeld {
+			opts, n = nil, 2*bound/7+100 // 7 of 8 records go to the failed partition
+		}
 		t.Run(strconv.Itoa(bound), func(t *testing.T) {
 			ctx := testCtx(t)
 			c := newCluster(t, 2)
 			fault := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: -1})
 			defer fault.Remove()
 			hook, failed := failedHook()
-			p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), hook}, korder.MaxHeld(bound),
-				korder.WithPolicies(korder.Retry(1<<30, time.Millisecond)))
+			p := newProducer(t, c, []kgo.Opt{defaultPartitioner(), hook}, append(opts,
+				korder.WithPolicies(korder.Retry(1<<30, time.Millisecond)))...)
 			keys := []string{keyFor("k", 0, 2), keyFor("k", 1, 2)}
 			ps := newPromises()
 			p.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte(keys[0]), Value: []byte("first/0")}, ps.fn())
@@ -63,7 +69,7 @@ func TestMaxHeldBoundsWhatIsKept(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for i := range 400 {
+					for i := range n {
 						k := keys[0]
 						if i%8 == 0 {
 							k = keys[1]

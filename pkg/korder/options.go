@@ -27,22 +27,30 @@ var (
 	ErrClosed = errors.New("korder: producer closed")
 )
 
-// The defaults of MaxHeldBytes (64 MiB) and MaxQuarantinedKeys.
+// wrapped is fmt.Errorf("%w: %w", err, cause), its text made once read.
+type wrapped struct{ err, cause error }
+
+func wrap(err, cause error) error  { return &wrapped{err, cause} }
+func (w *wrapped) Error() string   { return w.err.Error() + ": " + w.cause.Error() }
+func (w *wrapped) Unwrap() []error { return []error{w.err, w.cause} }
+
+// The defaults of MaxHeld, MaxHeldBytes (64 MiB) and MaxQuarantinedKeys.
 const (
+	DefaultMaxHeld            = 10000
 	DefaultMaxHeldBytes       = 64 << 20
 	DefaultMaxQuarantinedKeys = 10000
 )
 
 type config struct {
 	policies       []Policy
-	maxHeld        int // per partition; 0: no bound
+	maxHeld        int // per partition
 	maxHeldBytes   int64
 	maxQuarantined int
 	invalid        string
 }
 
 func defaultConfig() config {
-	return config{policies: []Policy{Retry(3, 100*time.Millisecond), Drop()}, maxHeldBytes: DefaultMaxHeldBytes, maxQuarantined: DefaultMaxQuarantinedKeys}
+	return config{policies: []Policy{Retry(3, 100*time.Millisecond), Drop()}, maxHeld: DefaultMaxHeld, maxHeldBytes: DefaultMaxHeldBytes, maxQuarantined: DefaultMaxQuarantinedKeys}
 }
 
 func (c *config) validate() error {
@@ -84,7 +92,9 @@ func WithPolicies(policies ...Policy) Opt { return func(c *config) { c.policies 
 // MaxHeld bounds the records the Producer keeps for one failed partition (or
 // topic): those it holds, and those it produced again not yet written. At the
 // bound, a further record kgo fails or rejects for the partition fails with
-// ErrHeldFull; Produce never blocks on it. There is no bound by default.
+// ErrHeldFull; Produce never blocks on it. The default is DefaultMaxHeld:
+// held records cost memory and garbage collection, which a healthy partition
+// would pay in throughput.
 func MaxHeld(n int) Opt { return atLeast1("MaxHeld", n, func(c *config) { c.maxHeld = n }) }
 
 // MaxHeldBytes bounds, as MaxHeld, the key, value and header bytes kept for

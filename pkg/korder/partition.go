@@ -3,7 +3,6 @@ package korder
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -79,7 +78,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	defer pt.cond.Broadcast()
 	switch {
 	case pt.p.isClosed():
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return wrap(ErrClosed, err)
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
 		return pt.stopped // made once: a stopped partition rejects at full speed
@@ -88,7 +87,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 		return pt.stopCause
 	case !round && pt.fullLocked(pd):
 		pt.p.st.heldFull.Add(1)
-		return fmt.Errorf("%w: %w", ErrHeldFull, err)
+		return wrap(ErrHeldFull, err)
 	}
 	if !pd.rejected {
 		pt.ownOf = fe
@@ -112,7 +111,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 // fullLocked: keeping pd would pass MaxHeld or MaxHeldBytes.
 func (pt *partition) fullLocked(pd *pending) bool {
 	n := pt.q.len() + len(pt.back) + len(pt.inRound)
-	return pt.p.cfg.maxHeld > 0 && n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
+	return n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
 }
 
 func (pt *partition) startLocked() {
@@ -252,7 +251,7 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 // stopLocked stops the partition: kgo keeps it failed, and its records fail
 // with ErrStopped wrapping cause.
 func (pt *partition) stopLocked(cause error) {
-	pt.stopped, pt.from = fmt.Errorf("%w: %w", ErrStopped, cause), 0
+	pt.stopped, pt.from = wrap(ErrStopped, cause), 0
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	// Only those kept now: a Resume meanwhile keeps later ones.
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
@@ -271,7 +270,7 @@ func (pt *partition) endLocked(err error) {
 	pt.back, pt.rs = nil, nil
 	for err != nil && pt.q.len() > 0 {
 		pd := pt.q.front()
-		pt.settleLocked(pd, fmt.Errorf("%w: %w", err, pd.err))
+		pt.settleLocked(pd, wrap(err, pd.err))
 	}
 	pt.worker = false
 	pt.mu.Unlock()
@@ -542,14 +541,9 @@ func (pt *partition) resumeLocked(seq uint64) {
 
 // backoff and deadLetter make the partition its policies' stepEnv.
 func (pt *partition) backoff(d time.Duration) bool {
-	if d <= 0 {
-		return !pt.p.isClosed()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
 	select {
-	case <-tm.C:
-		return true
+	case <-time.After(d):
+		return !pt.p.isClosed()
 	case <-pt.p.closing:
 		return false
 	}

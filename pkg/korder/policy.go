@@ -178,7 +178,7 @@ func decide(policies []Policy, st *stats, c *call) act {
 				continue
 			}
 			if !c.env.backoff(p.backoff) {
-				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrClosed, c.cause)}
+				return act{kind: actSettle, err: wrap(ErrClosed, c.cause)}
 			}
 			c.pd.attempts++
 			st.retries.Add(1)
@@ -189,15 +189,15 @@ func decide(policies []Policy, st *stats, c *call) act {
 			return act{kind: actProduce, n: max(c.suspects/2, 1)} // narrowing down
 		case p.kind == policyDrop:
 			st.dropped.Add(1)
-			return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDropped, c.cause)}
+			return act{kind: actSettle, err: wrap(ErrDropped, c.cause)}
 		case p.kind == policyDeadLetter:
 			err := c.env.deadLetter(p.topic, c.pd, c.cause, p.quarantine)
 			switch {
 			case err == nil:
 				st.deadLettered.Add(1)
-				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrDeadLettered, c.cause)}
+				return act{kind: actSettle, err: wrap(ErrDeadLettered, c.cause)}
 			case errors.Is(err, kgo.ErrClientClosed): // the copy's outcome is unknown
-				return act{kind: actSettle, err: fmt.Errorf("%w: %w", ErrClosed, err)}
+				return act{kind: actSettle, err: wrap(ErrClosed, err)}
 			}
 			c.cause = fmt.Errorf("%w: %w; cause: %w", ErrDeadLetterFailed, err, c.cause)
 		}
