@@ -17,9 +17,10 @@
 // kgo keeps partition 0's records and retries them, and they fill its
 // MaxBufferedRecords, so Produce blocks for every partition. korder runs
 // with its default kgo.MaxBufferedPartitionRecords(10000): partition 0's
-// records past the bound come back to korder, which holds them and produces
-// them again once partition 0 drains, so the other partitions keep kgo's
-// buffer.
+// records past the bound come back to korder, which holds up to its default
+// MaxHeld (10000) and produces them again once partition 0 drains, so the
+// other partitions keep kgo's buffer; the rest fail with korder.ErrHeldFull
+// (printed: failed records).
 package main
 
 import (
@@ -136,11 +137,15 @@ func run(w *bufio.Writer, mode string, partitions int, before, faultFor, after, 
 	defer p.close()
 
 	written := make([]atomic.Int64, partitions)
+	var failed atomic.Int64
 	promise := func(r *kgo.Record, err error) {
 		if err == nil {
 			written[r.Partition].Add(1)
+		} else {
+			failed.Add(1)
 		}
 	}
+	defer func() { fmt.Fprintf(os.Stderr, "isolation: %s: %d failed records\n", mode, failed.Load()) }()
 	ctx := context.Background()
 	var stop atomic.Bool
 	var wg sync.WaitGroup
