@@ -525,9 +525,13 @@ func runChaos(rc runConfig, faults chooser) *outcome {
 	phase := time.NewTimer(rc.produceFor)
 	<-phase.C
 	close(prodQuit)
-	wg.Wait()
+	// Faults end with the phase, before the producers are waited for: a
+	// producer blocked in Produce (korder's, at MaxBufferedRecords) waits
+	// for records that faults injected at every tick (a dropped connection
+	// each, which an idempotent producer retries) could keep unwritten.
 	close(schedQuit)
 	<-schedDone
+	wg.Wait()
 	r.hist.add(evPhase, nil, nil, -2, "producers stopped, faults removed")
 
 	r.mu.Lock()
