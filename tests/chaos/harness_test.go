@@ -315,7 +315,7 @@ func (h unbufferedHook) OnProduceRecordUnbuffered(kr *kgo.Record, err error) {
 	if id, ok := r.decode(kr); ok {
 		rr := r.recs[id]
 		rr.kgoErrs = append(rr.kgoErrs, err)
-		if a := rr.attempts[len(rr.attempts)-1]; r.rc.txn() && a.promised == 0 && a.txn == r.txnSeq {
+		if a := rr.attempts[len(rr.attempts)-1]; r.rc.txn() && a.promised == 0 && a.txn == r.txnSeq && countsInTxn(err) {
 			r.txnFailed = true
 		}
 		r.hist.add(evLog, rr, nil, rr.part, fmt.Sprintf("kgo failed it: %v", err))

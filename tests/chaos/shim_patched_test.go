@@ -61,6 +61,19 @@ func isRejected(err error) bool {
 	return f != nil && err == error(f)
 }
 
+// countsInTxn reports whether kgo counts a record that failed with err
+// against its transaction (EndTransaction then refuses to commit). A
+// MaxBufferedPartitionRecords failure does not count, nor do the records it
+// fails or rejects, since none was sent; the record that caused it fails with
+// the failure's own error (the same text: kgo's record error is not exported).
+func countsInTxn(err error) bool {
+	var f *kgo.ErrProducePartitionFailed
+	if !errors.As(err, &f) || !errors.Is(f.Err, kgo.ErrMaxBuffered) {
+		return true
+	}
+	return err != error(f) && err.Error() != f.Err.Error()
+}
+
 // isPossiblyWritten reports whether err says that its record may have been
 // written although it failed.
 func isPossiblyWritten(err error) bool { return errors.Is(err, kgo.ErrPossiblyWritten) }

@@ -38,3 +38,5 @@ func korderOutcome(error) string { return "" }
 func korderStats(orderedProducer) string { return "" }
 
 func isPossiblyWritten(error) bool { return false }
+
+func countsInTxn(error) bool { return true }
