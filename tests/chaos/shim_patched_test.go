@@ -62,16 +62,17 @@ func isRejected(err error) bool {
 }
 
 // countsInTxn reports whether kgo counts a record that failed with err
-// against its transaction (EndTransaction then refuses to commit). A
-// MaxBufferedPartitionRecords failure does not count, nor do the records it
-// fails or rejects, since none was sent; the record that caused it fails with
-// the failure's own error (the same text: kgo's record error is not exported).
+// against its transaction (EndTransaction then refuses to commit). As kgo's
+// failWith: a MaxBufferedPartitionRecords failure does not count, nor do the
+// record that caused it (its error has the failure's own text: kgo's record
+// error is not exported) and the records it rejects, none of them sent; a
+// record that fails later for a cause of its own does.
 func countsInTxn(err error) bool {
-	var f *kgo.ErrProducePartitionFailed
-	if !errors.As(err, &f) || !errors.Is(f.Err, kgo.ErrMaxBuffered) {
+	f := failureOf(err)
+	if f == nil || !errors.Is(f.Err, kgo.ErrMaxBuffered) {
 		return true
 	}
-	return err != error(f) && err.Error() != f.Err.Error()
+	return !isRejected(err) && err.Error() != f.Err.Error()
 }
 
 // isPossiblyWritten reports whether err says that its record may have been
