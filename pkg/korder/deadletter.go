@@ -124,8 +124,7 @@ func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 	return quarantined{}, false
 }
 
-// reserve reserves room to quarantine key before its first copy is written:
-// false if the quarantine is full. It returns the reservation made, if any.
+// reserve reserves key's room before its first copy (e, if made); false: full.
 func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
@@ -151,8 +150,7 @@ func (t *topic) release(key []byte) bool {
 	return ok
 }
 
-// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops
-// the key.
+// divertKeyed diverts pd, whose key is quarantined (q); a failed copy stops it.
 func (p *Producer) divertKeyed(t *topic, pd *pending, q quarantined, done func(error)) {
 	if q.stopped != nil {
 		p.st.stopped.Add(1)

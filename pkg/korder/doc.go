@@ -23,8 +23,10 @@
 // goroutine while it recovers; so has a topic kgo fails whole (partition -1,
 // such as an unknown topic), whose recovery partitions the records. Stop
 // stops only the failed partition (or topic); keys are quarantined per topic.
-// A healthy partition costs nothing: Produce takes no lock, and allocates one
-// closure (32 bytes) as kgo's promise.
+// A healthy partition costs nothing: Produce takes no lock and allocates
+// nothing. kgo gets the caller's promise, and hands a record that fails with
+// its partition to the Producer (kgo.ProducerOnPartitionFailedRecord); while a
+// key is quarantined or a partition stopped, Produce allocates a record's state.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a

@@ -10,15 +10,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// partition is the state machine of one failed partition (-1: a topic), while
-// kgo has it failed, its records are settled or produced again, or it is
-// stopped. Failed and rejected records come back in their promises into q;
-// one worker settles them and hands records back with kgo's recovery, which
-// kgo refuses (ErrRecoveryPending) until every promise of the failure has
-// returned. mu is never held across a kgo call: while the worker is in one
-// (calling), a record that comes back waits (parked), its promise keeping kgo
-// from recovering its failure without it, as does a promise of the round the
-// call hands kgo. cond signals every change.
+// partition is the state machine of a failed partition (-1: a topic) while kgo
+// has it failed, its records are settled or produced again, or it is stopped.
+// Failed and rejected records come back into q (handOver); one worker settles
+// them and hands records back with kgo's recovery, refused until every promise
+// of the failure returned. mu is never held across a kgo call: while the worker
+// is in one (calling), a record that comes back waits (parked), keeping kgo
+// from recovering without it, as does a promise of the round the call hands
+// kgo. cond signals every change.
 type partition struct {
 	p  *Producer
 	t  *topic
@@ -33,7 +32,8 @@ type partition struct {
 	calling   bool                           // the worker is in a recovery call, mu released: records that come back wait
 	parked    int                            // records waiting in arriveLocked for calling to end: the partition is not idle (forget)
 	stopped   error                          // Stop's error (ErrStopped, wrapping the cause): records that come back fail with it
-	resumed   uint64                         // after Resume until recovered: records up to this seq that come back are stopped
+	resumed   uint64                         // after Resume until recovered: records produced up to this seq that come back are stopped
+	slow      int32                          // 1, counted in Producer.attn: stopped, or resumed and not recovered
 	stopCause error                          // the error of the Stop that Resume ended
 	worker    bool                           // the worker goroutine runs
 	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
@@ -63,8 +63,7 @@ const (
 	maxPendingWait = 50 * time.Millisecond
 )
 
-// arriveLocked takes a record that failed (its error wraps fe) or was
-// rejected (its error is fe) with a failure of the partition.
+// arriveLocked takes a record failed (err wraps fe) or rejected (err is fe).
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
 	for pt.calling { // see partition
 		pt.parked++ // forget must not drop pt meanwhile: the record would come back to a partition no longer kept
@@ -82,7 +81,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	case pt.stopped != nil:
 		pt.p.st.stopped.Add(1)
 		return pt.stopped // made once: a stopped partition rejects at full speed
-	case pd.seq <= pt.resumed: // produced before Resume
+	case pt.resumed > 0 && pd.produced <= pt.resumed: // produced before Resume (0: before the Stop)
 		pt.p.st.stopped.Add(1)
 		return pt.stopCause
 	case !round && pt.fullLocked(pd):
@@ -248,10 +247,10 @@ func (pt *partition) settleLocked(pd *pending, err error) {
 	pt.mu.Lock()
 }
 
-// stopLocked stops the partition: kgo keeps it failed, and its records fail
-// with ErrStopped wrapping cause.
+// stopLocked stops the partition: kgo keeps it failed; its records fail.
 func (pt *partition) stopLocked(cause error) {
 	pt.stopped, pt.from = wrap(ErrStopped, cause), 0
+	pt.slowLocked(1)
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
 	// Only those kept now: a Resume meanwhile keeps later ones.
 	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
@@ -299,14 +298,13 @@ func (pt *partition) produceLocked(n int, rest bool) {
 // recoverLocked recovers the partition with its first n records (0: all);
 // nil if kgo took them. Other refusals than ErrRecoveryPending are handled.
 func (pt *partition) recoverLocked(n int, rest bool) error {
-	if n <= 0 || n > pt.q.len() {
-		n = pt.q.len()
-	}
+	n = pt.q.head(n)
 	// A part, a Retry's first batch and a half keep the partition failed.
 	keep := n < pt.q.len() || rest || pt.from > 0
 	if len(pt.rs) != n || pt.rsGen != pt.q.gen { // else the same as the last refused call's
 		pt.rs = pt.rs[:0] // kgo keeps the records, not the slice
 		for _, pd := range pt.q.rs[:n] {
+			pd.mark() // its promise is roundPromise: see handOver
 			pt.rs = append(pt.rs, pd.r)
 		}
 		pt.rsGen = pt.q.gen
@@ -388,6 +386,7 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.settled, pt.wait = false, 0
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
+	pt.slowLocked(0)
 	switch {
 	case still == f:
 		// A topic's records rejected during its recovery: whole.
@@ -448,9 +447,7 @@ func (pt *partition) unprotectedLocked(err error) {
 // quarantinedLocked diverts the first n kept records (0: all) whose key is
 // quarantined instead of producing them again.
 func (pt *partition) quarantinedLocked(n int) {
-	if n <= 0 || n > pt.q.len() {
-		n = pt.q.len()
-	}
+	n = pt.q.head(n)
 	var rs []*pending
 	var qs []quarantined
 	pt.t.amu.Lock()
@@ -471,9 +468,7 @@ func (pt *partition) quarantinedLocked(n int) {
 
 // settleCanceledLocked settles the first of n records whose context is done.
 func (pt *partition) settleCanceledLocked(n int) bool {
-	if n <= 0 || n > pt.q.len() {
-		n = pt.q.len()
-	}
+	n = pt.q.head(n)
 	for _, pd := range pt.q.rs[:n] {
 		if err := pd.canceled(); err != nil {
 			pt.p.st.canceled.Add(1)
@@ -527,6 +522,13 @@ func (pt *partition) endRoundLocked() {
 		pt.settled = true // the rest follows, past the policies
 	}
 	pt.cond.Broadcast()
+}
+
+// slowLocked counts the partition (1) in Producer.attn while stopped, and after
+// Resume until recovered: records produced meanwhile are numbered (resumed).
+func (pt *partition) slowLocked(slow int32) {
+	pt.p.attn.Add(slow - pt.slow)
+	pt.slow = slow
 }
 
 // resumeLocked ends a Stop: records up to seq still fail with ErrStopped.

@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,8 +27,8 @@ type Producer struct {
 	bound        int64 // kgo.MaxBufferedPartitionRecords
 	maxBytes     int64 // kgo.MaxBufferedBytes
 
-	seq  atomic.Uint64 // numbers the records produced
-	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, Close)
+	seq  atomic.Uint64 // numbers the records off the no-failure path, and those that come back
+	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, stops, Close)
 
 	// held counts the records kgo does not count buffered: kept after a
 	// failure, in Produce's slow path, or that kgo may fail unbuffered.
@@ -52,10 +53,10 @@ type Producer struct {
 	testCalled func(n int, keep, accepted bool)
 }
 
-// NewProducer returns a Producer around a new kgo client built from kopts,
-// with kgo.FailPartitionOnProduceFailure and the Producer's hook added, and
-// kgo.MaxBufferedPartitionRecords(10000) unless kopts set it (0 turns it
-// off). Nil opts are ignored.
+// NewProducer returns a Producer around a new kgo client built from kopts, with
+// kgo.FailPartitionOnProduceFailure, kgo.ProducerOnPartitionFailedRecord and a
+// hook added, and kgo.MaxBufferedPartitionRecords(10000) unless kopts set it
+// (0 turns it off). Nil opts are ignored.
 func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	p := &Producer{
 		cfg:      defaultConfig(),
@@ -74,7 +75,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	}
 	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
 	p.dl = newDeadLetters(p.cfg.policies, p.closing)
-	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...), kgo.FailPartitionOnProduceFailure(), kgo.WithHooks(hook{p}))
+	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...),
+		kgo.FailPartitionOnProduceFailure(), kgo.ProducerOnPartitionFailedRecord(p.handOver), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
 	if err != nil {
 		return nil, err
@@ -96,7 +98,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 	return p, nil
 }
 
-// Client returns the kgo client; producing through it bypasses the Producer.
+// Client returns the kgo client. Producing through it bypasses the Producer,
+// but for a record that fails with its partition: the Producer takes it.
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
 // hook is the Producer's kgo.HookProducePartitionFailed: it only counts.
@@ -137,13 +140,10 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 // with the error of its own context (ctx or r.Context) if that is done when
 // its turn comes, outside the policies; or with kgo's error for a usage error
 // (no topic, an invalid record). A nil record, and a record to a dead-letter
-// topic, fail at once. Produce blocks only where kgo's Produce does, never
-// for a recovery: a record's partition is known only once kgo partitioned
-// it. As with kgo, a promise must not block, nor call Flush or Close.
+// topic, fail at once. Produce blocks only where kgo's Produce does, never for
+// a recovery. As with kgo, a promise must not block, nor call Flush or Close.
 func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+	ctx = cmp.Or(ctx, context.Background())
 	if promise == nil {
 		promise = func(*kgo.Record, error) {}
 	}
@@ -158,17 +158,19 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		promise(r, fmt.Errorf("korder: %q is a dead-letter topic: the Producer does not produce to it", r.Topic))
 		return
 	}
-	seq := p.seq.Add(1)
 	if p.attn.Load() != 0 {
-		p.produceSlow(&pending{seq: seq, ctx: ctx, r: r, promise: promise})
+		p.produceSlow(&pending{produced: p.seq.Add(1), ctx: ctx, r: r, promise: promise})
 		return
 	}
 	// Records kgo may fail unbuffered (see counted) are counted held.
 	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes
-	if unbuffered {
-		p.hold(1)
+	if !unbuffered && r.Context == nil {
+		// No allocation: kgo gives handOver the record if it fails.
+		p.cl.Produce(ctx, r, promise)
+		return
 	}
-	p.carry(ctx, r, promise, seq, unbuffered)
+	p.hold(1)
+	p.carry(&pending{ctx: ctx, r: r, promise: promise})
 }
 
 // produceSlow is Produce off the no-failure path; the record is held.
@@ -179,45 +181,44 @@ func (p *Producer) produceSlow(pd *pending) {
 		return
 	}
 	t := p.topic(pd.r.Topic)
-	if q, ok := t.admit(pd.r.Key, pd.seq); ok {
+	if q, ok := t.admit(pd.r.Key, pd.produced); ok {
 		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 		return
 	}
-	p.carry(pd.ctx, pd.r, pd.promise, pd.seq, true)
+	p.carry(pd)
 }
 
-// carry gives a record to kgo with one closure as its promise, kept small (the
-// no-failure path's only allocation); a counted record is counted out after.
-// A record without a Context gets ctx from kgo.Produce, first thing: the
-// closure need not hold it.
-func (p *Producer) carry(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error), seq uint64, counted bool) {
-	if r.Context == nil && !counted {
-		p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			if err != nil {
-				p.result(&pending{seq: seq, ctx: r.Context, r: r, promise: promise}, r, err)
-				return
-			}
-			promise(r, nil)
-		})
+// carry gives kgo a record, counted held, for ownPromise (see mark).
+func (p *Producer) carry(pd *pending) {
+	pd.mark()
+	p.cl.Produce(pd.ctx, pd.r, p.ownPromise)
+}
+
+func (p *Producer) ownPromise(r *kgo.Record, err error) {
+	p.result(r.Context.(*pending), r, err)
+	p.hold(-1)
+}
+
+// handOver is kgo's ProducerOnPartitionFailedRecord: a record with its caller's
+// promise is the Producer's from here; its own go to their promises.
+func (p *Producer) handOver(r *kgo.Record, err error, promise func(*kgo.Record, error)) {
+	if _, own := r.Context.(*pending); own || p.dl.topics[r.Topic] {
+		promise(r, err)
 		return
 	}
-	p.cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-		if err != nil {
-			p.result(&pending{seq: seq, ctx: ctx, r: r, promise: promise}, r, err)
-		} else {
-			promise(r, nil)
-		}
-		if counted {
-			p.hold(-1)
-		}
-	})
+	p.result(&pending{ctx: r.Context, r: r, promise: promise}, r, err)
 }
 
-// result takes a record's outcome from kgo's promise: a record failed or
-// rejected with a partition's failure goes to that partition, which holds it.
+// result takes a record's outcome: a partition failure's goes to the partition.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
+	pd.unmark()
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
+		if pd.seq == 0 {
+			// Numbered as it comes back: kgo returns a partition's
+			// records in the order they were produced to it.
+			pd.seq = p.seq.Add(1)
+		}
 		pt := p.lockPartition(fe.Topic, fe.Partition)
 		err = pt.arriveLocked(pd, fe, err)
 		pt.mu.Unlock()
@@ -230,6 +231,7 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 
 // finish calls the promise of a record the Producer holds, and counts it out.
 func (p *Producer) finish(pd *pending, err error) {
+	pd.unmark()
 	pd.promise(pd.r, err)
 	p.hold(-1)
 }
@@ -244,8 +246,7 @@ func (p *Producer) hold(n int64) {
 	}
 }
 
-// drained tells whether nothing is held nor buffered in kgo; moved tells a
-// hand-back between the two reads.
+// drained: nothing held nor buffered in kgo, nor moved between the two reads.
 func (p *Producer) drained() bool {
 	m := p.moved.Load()
 	return p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m

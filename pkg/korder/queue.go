@@ -10,7 +10,10 @@ import (
 
 // pending is a record produced through the Producer.
 type pending struct {
-	seq      uint64 // Produce order, over the whole Producer
+	context.Context // the record's own Context, while pd is it (mark)
+
+	seq      uint64 // the order it first came back in, over the whole Producer: a partition's Produce order
+	produced uint64 // off the no-failure path: its number in Produce order (p.seq); else 0 (see Resume)
 	ctx      context.Context
 	r        *kgo.Record
 	promise  func(*kgo.Record, error)
@@ -18,6 +21,21 @@ type pending struct {
 	rejected bool   // err is kgo's failure itself: the record was rejected, not failed
 	attempts int    // Retry attempts
 	round    uint64 // the recovery round it last came back failed from
+}
+
+// mark makes pd the record's Context while kgo has it (handOver knows it).
+func (pd *pending) mark() {
+	if pd.Context == nil { // set once: kgo may still watch pd after a promise
+		pd.Context = cmp.Or(pd.r.Context, pd.ctx)
+	}
+	pd.r.Context = pd
+}
+
+// unmark gives the record its own Context back, before its promise runs.
+func (pd *pending) unmark() {
+	if pd.r.Context == context.Context(pd) {
+		pd.r.Context = pd.Context
+	}
 }
 
 // size is what a record counts for against MaxHeldBytes.
@@ -40,9 +58,8 @@ func (pd *pending) canceled() error {
 	return nil
 }
 
-// queue holds a partition's kept records in Produce (seq) order, whatever
-// order they come back in. rs is base[off:]: the room a round leaves at the
-// front takes its failed records back (insertFront).
+// queue holds a partition's kept records in seq order. rs is base[off:]: the
+// room a round leaves at the front takes its failed records back (insertFront).
 type queue struct {
 	rs   []*pending
 	base []*pending
@@ -53,6 +70,9 @@ type queue struct {
 func (q *queue) len() int { return len(q.rs) }
 
 func (q *queue) front() *pending { return q.rs[0] }
+
+// head returns how many of the first n records there are (n 0: all).
+func (q *queue) head(n int) int { return min(cmp.Or(max(n, 0), len(q.rs)), len(q.rs)) }
 
 func (q *queue) insert(pd *pending) {
 	i := len(q.rs)

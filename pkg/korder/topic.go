@@ -16,7 +16,7 @@ type topic struct {
 
 	amu        sync.Mutex
 	quarantine quarantine
-	attn       bool // counted in Producer.attn
+	attn       int32 // 1, counted in Producer.attn: it quarantines keys
 }
 
 // partitionLocked returns partition id's state machine, made if need be.
@@ -44,6 +44,9 @@ func (t *topic) forget(pt *partition) {
 		return
 	}
 	delete(t.parts, pt.id)
+	pt.mu.Lock()
+	pt.slowLocked(0) // resumed, then refused for good
+	pt.mu.Unlock()
 	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
 	t.forgetLocked()
 }
@@ -60,13 +63,9 @@ func (t *topic) forgetLocked() {
 
 // setAttnLocked counts the topic in Producer.attn while it quarantines keys.
 func (t *topic) setAttnLocked() {
-	switch attn := len(t.quarantine) > 0; {
-	case attn && !t.attn:
-		t.p.attn.Add(1)
-	case !attn && t.attn:
-		t.p.attn.Add(-1)
-	}
-	t.attn = len(t.quarantine) > 0
+	n := int32(min(len(t.quarantine), 1))
+	t.p.attn.Add(n - t.attn)
+	t.attn = n
 }
 
 // admit tells Produce whether a record's key is quarantined (ok).
