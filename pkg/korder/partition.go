@@ -38,6 +38,9 @@ type partition struct {
 	worker    bool                           // the worker goroutine runs
 	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
 	arrived   uint64                         // records that came back (failed or rejected)
+	numbered  *kgo.ErrProducePartitionFailed // the failure of first, the first record numbered in it, not buffered before it
+	first     uint64                         // (see numberLocked)
+	before    uint64                         // the records buffered before numbered numbered below first
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
@@ -577,4 +580,23 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 		t.amu.Unlock()
 	}
 	return err
+}
+
+// seqStep leaves room below each number: see numberLocked.
+const seqStep = 1 << 20
+
+// numberLocked numbers a record as it first comes back with failure f: kgo
+// returns a partition's records in Produce order, but for those buffered
+// before a failure that happened before buffering (kgo.ErrBufferedBeforeFailure),
+// which come after the failure's first records and are numbered below them.
+func (pt *partition) numberLocked(f *kgo.ErrProducePartitionFailed, err error) uint64 {
+	if before := errors.Is(err, kgo.ErrBufferedBeforeFailure); before && pt.numbered == f && pt.before < seqStep-1 {
+		pt.before++
+		return pt.first - seqStep + pt.before
+	} else if seq := pt.p.seq.Add(seqStep); before || pt.numbered == f {
+		return seq
+	} else {
+		pt.numbered, pt.first, pt.before = f, seq, 0
+		return seq
+	}
 }

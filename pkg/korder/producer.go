@@ -159,7 +159,7 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		return
 	}
 	if p.attn.Load() != 0 {
-		p.produceSlow(&pending{produced: p.seq.Add(1), ctx: ctx, r: r, promise: promise})
+		p.produceSlow(&pending{produced: p.seq.Add(seqStep), ctx: ctx, r: r, promise: promise})
 		return
 	}
 	// Records kgo may fail unbuffered (see counted) are counted held.
@@ -214,12 +214,10 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	pd.unmark()
 	var fe *kgo.ErrProducePartitionFailed
 	if err != nil && errors.As(err, &fe) {
-		if pd.seq == 0 {
-			// Numbered as it comes back: kgo returns a partition's
-			// records in the order they were produced to it.
-			pd.seq = p.seq.Add(1)
-		}
 		pt := p.lockPartition(fe.Topic, fe.Partition)
+		if pd.seq == 0 {
+			pd.seq = pt.numberLocked(fe, err)
+		}
 		err = pt.arriveLocked(pd, fe, err)
 		pt.mu.Unlock()
 		if err == nil {
