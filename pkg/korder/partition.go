@@ -590,13 +590,14 @@ const seqStep = 1 << 20
 // before a failure that happened before buffering (kgo.ErrBufferedBeforeFailure),
 // which come after the failure's first records and are numbered below them.
 func (pt *partition) numberLocked(f *kgo.ErrProducePartitionFailed, err error) uint64 {
-	if before := errors.Is(err, kgo.ErrBufferedBeforeFailure); before && pt.numbered == f && pt.before < seqStep-1 {
+	before := errors.Is(err, kgo.ErrBufferedBeforeFailure)
+	if before && pt.numbered == f && pt.before < seqStep-1 {
 		pt.before++
 		return pt.first - seqStep + pt.before
-	} else if seq := pt.p.seq.Add(seqStep); before || pt.numbered == f {
-		return seq
-	} else {
-		pt.numbered, pt.first, pt.before = f, seq, 0
-		return seq
 	}
+	seq := pt.p.seq.Add(seqStep)
+	if !before && pt.numbered != f {
+		pt.numbered, pt.first, pt.before = f, seq, 0
+	}
+	return seq
 }

@@ -99,7 +99,8 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 }
 
 // Client returns the kgo client. Producing through it bypasses the Producer,
-// but for a record that fails with its partition: the Producer takes it.
+// but for a record that fails with its partition: the Producer takes it, as
+// one produced before a Stop (see Resume).
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
 // hook is the Producer's kgo.HookProducePartitionFailed: it only counts.
@@ -181,7 +182,7 @@ func (p *Producer) produceSlow(pd *pending) {
 		return
 	}
 	t := p.topic(pd.r.Topic)
-	if q, ok := t.admit(pd.r.Key, pd.produced); ok {
+	if q, ok := t.admit(pd.r.Key); ok {
 		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 		return
 	}

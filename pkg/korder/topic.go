@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -68,12 +69,13 @@ func (t *topic) setAttnLocked() {
 	t.attn = n
 }
 
-// admit tells Produce whether a record's key is quarantined (ok).
-func (t *topic) admit(key []byte, seq uint64) (q quarantined, ok bool) {
+// admit tells Produce whether a record's key is quarantined (ok): a record
+// produced now is after the record that quarantined it, whatever its number.
+func (t *topic) admit(key []byte) (q quarantined, ok bool) {
 	if t == nil {
 		return q, false
 	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	return t.quarantinedLocked(key, seq)
+	return t.quarantinedLocked(key, math.MaxUint64)
 }
