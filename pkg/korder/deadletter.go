@@ -51,8 +51,7 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	d.produce(&kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}, done)
 }
 
-// produce produces a copy. One rejected for an earlier copy's failure (never
-// sent) is produced again once that failure is recovered.
+// produce produces a copy.
 func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
 		var f *kgo.ErrProducePartitionFailed
@@ -67,7 +66,7 @@ func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 		}
 		if err != error(f) { // failed itself
 			done(err)
-		} else { // recover closes ch once done, or closing
+		} else { // rejected for an earlier copy's failure (never sent): again once recover closes ch (done, or closing)
 			go func() { <-ch; d.produce(c, done) }()
 		}
 	})
@@ -100,8 +99,7 @@ type quarantined struct {
 	stopped error  // a later record's copy failed: the key's records fail with it
 }
 
-// quarantine is a topic's quarantined keys. Guarded by the topic's amu.
-type quarantine map[string]*quarantined
+type quarantine map[string]*quarantined // a topic's quarantined keys, guarded by its amu
 
 var errQuarantineFull = errors.New("korder: quarantine full")
 

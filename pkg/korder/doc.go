@@ -45,14 +45,13 @@
 //
 // # Topics that do not exist
 //
-// kgo fails a topic that does not exist once five metadata answers in a row
-// say it is unknown (kgo.UnknownTopicRetries, default 4), then asks at most
-// once per kgo.MetadataMinAge (default 5 s): with the default policies, such
-// a record is dropped about a minute after Produce. To settle sooner, give
-// kgo kgo.UnknownTopicRetries(0) and kgo.MetadataMinAge(250*time.Millisecond)
-// and let the policies wait: with WithPolicies(Retry(3, time.Second),
-// Stop()), the record is stopped after 3 s, or written if the topic is
-// created meanwhile. The policies then also handle the
-// UNKNOWN_TOPIC_OR_PARTITION answers brokers may give just after a topic is
-// created.
+// kgo fails a topic that does not exist once five metadata answers in a row say
+// it is unknown (kgo.UnknownTopicRetries, default 4), then asks at most once
+// per kgo.MetadataMinAge (default 5 s): with the default policies, such a
+// record is dropped about a minute after Produce. To settle sooner, give kgo
+// kgo.UnknownTopicRetries(0) and kgo.MetadataMinAge(250*time.Millisecond) and
+// let the policies wait: with WithPolicies(Retry(3, time.Second), Stop()), the
+// record is stopped after 3 s, or written if the topic is created meanwhile.
+// The policies then also handle the UNKNOWN_TOPIC_OR_PARTITION answers brokers
+// may give just after a topic is created.
 package korder

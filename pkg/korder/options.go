@@ -27,8 +27,7 @@ var (
 	ErrClosed = errors.New("korder: producer closed")
 )
 
-// wrapped is fmt.Errorf("%w: %w", err, cause), its text made once read.
-type wrapped struct{ err, cause error }
+type wrapped struct{ err, cause error } // fmt.Errorf("%w: %w", err, cause), its text made once read
 
 func wrap(err, cause error) error  { return &wrapped{err, cause} }
 func (w *wrapped) Error() string   { return w.err.Error() + ": " + w.cause.Error() }

@@ -12,19 +12,18 @@ import (
 
 // partition is the state machine of a failed partition (-1: a topic) while kgo
 // has it failed, its records are settled or produced again, or it is stopped.
-// Failed and rejected records come back into q (handOver); one worker settles
-// them and hands records back with kgo's recovery, refused until every promise
-// of the failure returned. mu is never held across a kgo call: while the worker
-// is in one (calling), a record that comes back waits (parked), keeping kgo
-// from recovering without it, as does a promise of the round the call hands
-// kgo. cond signals every change.
+// Failed and rejected records come into q (handOver); one worker settles them
+// and hands records back with kgo's recovery, refused until every promise of
+// the failure returned. mu is never held across a kgo call: while the worker is
+// in one (calling), a record that comes back waits (parked), keeping kgo from
+// recovering without it, as does a promise of the round the call hands kgo.
 type partition struct {
 	p  *Producer
 	t  *topic
 	id int32
 
 	mu        sync.Mutex
-	cond      sync.Cond
+	cond      sync.Cond // signals every change
 	q         queue
 	failure   *kgo.ErrProducePartitionFailed // kgo's current failure of the partition, as far as known here; nil: not failed
 	ownOf     *kgo.ErrProducePartitionFailed // the last failure a record came back failed with (not rejected)
@@ -38,9 +37,9 @@ type partition struct {
 	worker    bool                           // the worker goroutine runs
 	bytes     int64                          // the size of the records kept: in q, back and inRound (MaxHeldBytes)
 	arrived   uint64                         // records that came back (failed or rejected)
-	numbered  *kgo.ErrProducePartitionFailed // the failure of first, the first record numbered in it, not buffered before it
-	first     uint64                         // (see numberLocked)
-	before    uint64                         // the records buffered before numbered numbered below first
+	numbered  *kgo.ErrProducePartitionFailed // the failure of the first record numbered in it, not buffered before it (numberLocked)
+	first     uint64                         // that record's number
+	before    uint64                         // the records buffered before numbered, numbered below first
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
@@ -96,9 +95,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 	}
 	pt.bytes += pd.size()
 	if round {
-		// Numbered here: a topic's records may be another partition's
-		// by the time its worker is back from kgo.
-		pd.round, pt.failedRd = pt.round, true
+		pd.round, pt.failedRd = pt.round, true // numbered here: a topic's records may be another partition's once its worker is back from kgo
 	}
 	if round && (len(pt.back) == 0 || pt.back[len(pt.back)-1].seq < pd.seq) {
 		pt.back = append(pt.back, pd) // kgo fails a round's records in order
@@ -138,33 +135,27 @@ func (pt *partition) run() {
 		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
 			continue
-		case pt.q.len() == 0:
+		case pt.q.len() == 0: // nothing to produce again: end, or one attempt to un-fail it
 			if pt.failure == nil {
 				pt.endLocked(nil)
 				return
 			}
-			// Nothing to produce again: one attempt to un-fail it.
 			pt.from = 0 // no half is left to keep it failed for
 			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
 				pt.waitPendingLocked()
 			}
 			continue
-		case pt.failure == nil:
-			// Records kept, and no failure of kgo's to recover.
+		case pt.failure == nil: // records kept, and no failure of kgo's to recover
 			pt.unprotectedLocked(errors.New("korder: records kept for a partition that kgo does not have failed"))
 			continue
-		case pt.ownOf != pt.failure:
-			// kgo promises a failure's failed records before those it
-			// rejected: if none came once every promise returned, what
-			// is kept goes whole, past the policies.
-			if pt.barrierLocked() {
+		case pt.ownOf != pt.failure: // kgo promises a failure's failed records before those it rejected
+			if pt.barrierLocked() { // none came once every promise returned: what is kept goes whole, past the policies
 				pt.settled = true
 			}
 			continue
 		}
 		pd := pt.q.front()
-		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) {
-			// A stall: one behind kgo's, then rounds of the bound.
+		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) { // a stall: one behind kgo's, then rounds of the bound
 			n := 1
 			if pt.settled {
 				n = int(pt.p.bound)
@@ -173,9 +164,7 @@ func (pt *partition) run() {
 			continue
 		}
 		if pt.settled || errors.Is(pd.err, context.Canceled) || errors.Is(pd.err, context.DeadlineExceeded) {
-			// Not its own fault: a record now settled, or another's
-			// context (kgo fails a batch whose first record's is done).
-			pt.from = 0
+			pt.from = 0 // not its own fault: a record now settled, or another's context (kgo fails a batch whose first record's is done)
 			n := 0
 			if pt.p.bound > 0 && pt.q.len() > int(pt.p.bound) {
 				n = int(pt.p.bound) // more would fail it again, past kgo.MaxBufferedPartitionRecords
@@ -185,12 +174,10 @@ func (pt *partition) run() {
 		}
 		suspects, pd, probe := pt.suspectsLocked()
 		switch {
-		case probe:
-			// One failed record is the culprit only once all came back.
+		case probe: // one failed record is the culprit only once all came back
 			pt.barrierLocked()
 			continue
-		case suspects == 0:
-			// Nothing that failed is kept: the rest goes whole.
+		case suspects == 0: // nothing that failed is kept: the rest goes whole
 			pt.settled, pt.from = true, 0
 			continue
 		case pd.canceled() != nil:
@@ -198,8 +185,7 @@ func (pt *partition) run() {
 			pt.settleLocked(pd, pd.canceled())
 			continue
 		}
-		// It failed on its own: alone in a failure, or in a round.
-		alone := suspects == 1 && (pt.suspectRd == 0 && pt.from == 0 || pt.suspectRd == pt.round && pt.roundN == 1)
+		alone := suspects == 1 && (pt.suspectRd == 0 && pt.from == 0 || pt.suspectRd == pt.round && pt.roundN == 1) // alone in a failure, or in a round
 		c := &call{pd: pd, cause: pd.err, suspects: suspects, alone: alone, from: pt.from, env: pt}
 		pt.mu.Unlock()
 		a := pt.p.decide(c)
@@ -208,8 +194,7 @@ func (pt *partition) run() {
 			pt.p.st.isolations.Add(1)
 		}
 		switch {
-		case a.kind == actSettle: // even if the Producer closed meanwhile
-			// The others that failed with it go to the same policy.
+		case a.kind == actSettle: // even if the Producer closed meanwhile; the others that failed with it go to the same policy
 			pt.settleLocked(pd, a.err)
 			pt.from = c.at
 		case pt.p.isClosed():
@@ -227,16 +212,15 @@ func (pt *partition) run() {
 	}
 }
 
-// suspectsLocked returns how many records from the front are suspects (the
-// last failed round's, or a first failure's failed records, and those
-// between), and the first. probe: a lone suspect needs a barrier first.
+// suspectsLocked counts the suspects from the front (the last failed round's, or
+// a first failure's failed records, and those between) and returns the first.
 func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	hi, f := pt.suspectHi, func(pd *pending) bool { return pd.round == pt.suspectRd }
 	if pt.suspectRd == 0 {
 		hi, f = math.MaxUint64, func(pd *pending) bool { return !pd.rejected }
 	}
 	n, first = pt.q.span(hi, f)
-	return n, first, pt.suspectRd == 0 && n == 1 && pt.probed != pt.failure
+	return n, first, pt.suspectRd == 0 && n == 1 && pt.probed != pt.failure // probe: a lone suspect needs a barrier first
 }
 
 // settleLocked removes pd and calls its promise with err, without the lock.
@@ -255,8 +239,7 @@ func (pt *partition) stopLocked(cause error) {
 	pt.stopped, pt.from = wrap(ErrStopped, cause), 0
 	pt.slowLocked(1)
 	pt.p.logf(kgo.LogLevelWarn, "korder: stopping partition", "topic", pt.t.name, "partition", pt.id, "err", cause)
-	// Only those kept now: a Resume meanwhile keeps later ones.
-	rs, err := pt.q.take(0, pt.q.len()), pt.stopped
+	rs, err := pt.q.take(0, pt.q.len()), pt.stopped // only those kept now: a Resume meanwhile keeps later ones
 	for _, pd := range rs {
 		pt.bytes -= pd.size()
 		pt.p.st.stopped.Add(1)
@@ -293,8 +276,7 @@ func (pt *partition) produceLocked(n int, rest bool) {
 			return
 		case errors.Is(err, kgo.ErrRecoveryPending):
 			pt.waitPendingLocked()
-		}
-		// Else kgo failed it anew: again, with that failure.
+		} // else kgo failed it anew: again, with that failure
 	}
 }
 
@@ -302,9 +284,8 @@ func (pt *partition) produceLocked(n int, rest bool) {
 // nil if kgo took them. Other refusals than ErrRecoveryPending are handled.
 func (pt *partition) recoverLocked(n int, rest bool) error {
 	n = pt.q.head(n)
-	// A part, a Retry's first batch and a half keep the partition failed.
-	keep := n < pt.q.len() || rest || pt.from > 0
-	if len(pt.rs) != n || pt.rsGen != pt.q.gen { // else the same as the last refused call's
+	keep := n < pt.q.len() || rest || pt.from > 0 // a part, a Retry's first batch and a half keep the partition failed
+	if len(pt.rs) != n || pt.rsGen != pt.q.gen {  // else the same as the last refused call's
 		pt.rs = pt.rs[:0] // kgo keeps the records, not the slice
 		for _, pd := range pt.q.rs[:n] {
 			pd.mark() // its promise is roundPromise: see handOver
@@ -326,8 +307,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	if n == 0 {
 		return nil
 	}
-	// Its promises wait for the lock (see callLocked).
-	pt.round = pt.p.rounds.Add(1)
+	pt.round = pt.p.rounds.Add(1) // its promises wait for the lock (see callLocked)
 	pt.roundRest, pt.roundKept, pt.roundN = rest, keep, n
 	pt.p.moved.Add(1) // before held: see drained
 	pt.p.hold(-int64(n))
@@ -338,8 +318,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	return nil
 }
 
-// barrierLocked makes a no-record recovery that keeps the partition failed;
-// accepted, every promise of the failure has returned.
+// barrierLocked makes a no-record recovery that keeps the partition failed.
 func (pt *partition) barrierLocked() bool {
 	f := pt.failure
 	pt.failedRd = false
@@ -352,7 +331,7 @@ func (pt *partition) barrierLocked() bool {
 	}
 	pt.acceptedLocked(f, still)
 	pt.probed = pt.failure
-	return true
+	return true // accepted: every promise of the failure has returned
 }
 
 // callLocked calls kgo's recovery of f with rs, the first kept records, the
@@ -363,8 +342,7 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 	pt.mu.Unlock()
 	if keep {
 		still, err = pt.p.cl.RecoverProducePartitionKeepFailed(f, pt.roundPromise, rs...)
-	} else if err = pt.p.cl.RecoverProducePartition(f, pt.roundPromise, rs...); err != nil {
-		// The failure itself: rs were taken; a refusal wraps one.
+	} else if err = pt.p.cl.RecoverProducePartition(f, pt.roundPromise, rs...); err != nil { // the failure itself: rs were taken; a refusal wraps one
 		if g := (*kgo.ErrProducePartitionFailed)(nil); errors.As(err, &g) && err == error(g) {
 			still, err = g, nil
 		}
@@ -391,38 +369,33 @@ func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	pt.slowLocked(0)
 	switch {
-	case still == f:
-		// A topic's records rejected during its recovery: whole.
+	case still == f: // a topic's records rejected during its recovery: whole
 		pt.ownOf, pt.settled = f, true
-	case still != nil:
-		// A new failure (a record of rs that failed it comes back).
+	case still != nil: // a new failure (a record of rs that failed it comes back)
 		pt.failure, pt.ownOf = still, still
 	default:
 		pt.failure = nil // recovered
 	}
 }
 
-// refusedLocked takes kgo's refusal of a recovery of f: a new failure is the
-// partition's; a refusal for good settles the kept records.
+// refusedLocked takes kgo's refusal of a recovery of f.
 func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
 	var g *kgo.ErrProducePartitionFailed
 	switch {
 	case errors.Is(err, kgo.ErrRecoveryPending):
-	case errors.As(err, &g) && g != f:
-		// Failed anew (an abort recovered f): kept records go first.
+	case errors.As(err, &g) && g != f: // failed anew (an abort recovered f): the new failure is the partition's; kept records go first
 		pt.failure, pt.wait = g, 0
-	default:
+	default: // a refusal for good settles the kept records
 		pt.unprotectedLocked(err)
 	}
 }
 
-// waitPendingLocked waits after ErrRecoveryPending until a record comes
-// back, or a timer: the last promise may be returning already.
+// waitPendingLocked waits after ErrRecoveryPending until a record comes back.
 func (pt *partition) waitPendingLocked() {
 	d := max(pt.wait, minPendingWait)
 	pt.wait = min(2*d, maxPendingWait)
 	arrived := pt.arrived
-	tm := time.AfterFunc(d, pt.wake)
+	tm := time.AfterFunc(d, pt.wake) // or a timer: the last promise may be returning already
 	pt.cond.Wait()
 	tm.Stop()
 	if pt.arrived != arrived {
@@ -495,9 +468,8 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	}
 	pt.mu.Unlock()
 	pt.p.result(pd, r, err) // kept before it leaves the round
-	// No call meanwhile: the worker waits for the round's records (run).
 	if err != nil {
-		pt.mu.Lock()
+		pt.mu.Lock() // no call meanwhile: the worker waits for the round's records (run)
 		pt.leaveRoundLocked(r)
 		pt.mu.Unlock()
 	}
@@ -537,9 +509,8 @@ func (pt *partition) slowLocked(slow int32) {
 // resumeLocked ends a Stop: records up to seq still fail with ErrStopped.
 func (pt *partition) resumeLocked(seq uint64) {
 	pt.p.logf(kgo.LogLevelInfo, "korder: resumed stopped partition", "topic", pt.t.name, "partition", pt.id)
-	// Rejected for the Stop, not its own fault: whole, past the policies.
 	pt.resumed, pt.stopCause, pt.stopped = seq, pt.stopped, nil
-	pt.settled, pt.ownOf = true, pt.failure
+	pt.settled, pt.ownOf = true, pt.failure // rejected for the Stop, not its own fault: whole, past the policies
 	pt.startLocked()
 	pt.cond.Broadcast()
 }
@@ -582,13 +553,11 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 	return err
 }
 
-// seqStep leaves room below each number: see numberLocked.
-const seqStep = 1 << 20
+const seqStep = 1 << 20 // leaves room below each number: see numberLocked
 
-// numberLocked numbers a record as it first comes back with failure f: kgo
-// returns a partition's records in Produce order, but for those buffered
-// before a failure that happened before buffering (kgo.ErrBufferedBeforeFailure),
-// which come after the failure's first records and are numbered below them.
+// numberLocked numbers a record as it first comes back with failure f, in
+// Produce order: kgo returns a partition's records in that order, but for those
+// buffered before f (kgo.ErrBufferedBeforeFailure), numbered below f's first.
 func (pt *partition) numberLocked(f *kgo.ErrProducePartitionFailed, err error) uint64 {
 	before := errors.Is(err, kgo.ErrBufferedBeforeFailure)
 	if before && pt.numbered == f && pt.before < seqStep-1 {

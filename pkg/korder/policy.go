@@ -132,8 +132,7 @@ func perRecordCause(err error) bool {
 		errors.Is(err, kerr.PolicyViolation) || errors.Is(err, kerr.RecordListTooLarge) || errors.Is(err, kerr.InvalidTimestamp)
 }
 
-// actKind is what the policies decided for the first failed record.
-type actKind uint8
+type actKind uint8 // what the policies decided for the first failed record
 
 const (
 	actProduce actKind = iota + 1 // produce n records from the front again

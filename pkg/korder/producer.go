@@ -30,9 +30,7 @@ type Producer struct {
 	seq  atomic.Uint64 // numbers the records off the no-failure path, and those that come back
 	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, stops, Close)
 
-	// held counts the records kgo does not count buffered: kept after a
-	// failure, in Produce's slow path, or that kgo may fail unbuffered.
-	held    atomic.Int64
+	held    atomic.Int64  // the records kgo does not count buffered: kept after a failure, in Produce's slow path, or that kgo may fail unbuffered
 	moved   atomic.Uint64 // handed back to kgo (see drained)
 	waiters atomic.Int32  // Flush calls waiting for held to fall to 0
 	idleMu  sync.Mutex
@@ -47,10 +45,8 @@ type Producer struct {
 	topics   map[string]*topic
 	holdTime map[string]map[int32]time.Duration
 
-	st stats
-	// Tests only, set before any Produce: after a recovery call of n
-	// records, the lock released.
-	testCalled func(n int, keep, accepted bool)
+	st         stats
+	testCalled func(n int, keep, accepted bool) // tests only, set before any Produce: after a recovery call of n records, the lock released
 }
 
 // NewProducer returns a Producer around a new kgo client built from kopts, with
@@ -103,8 +99,7 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 // one produced before a Stop (see Resume).
 func (p *Producer) Client() *kgo.Client { return p.cl }
 
-// hook is the Producer's kgo.HookProducePartitionFailed: it only counts.
-type hook struct{ p *Producer }
+type hook struct{ p *Producer } // the Producer's kgo.HookProducePartitionFailed: it only counts
 
 func (h hook) OnProducePartitionFailed(f *kgo.ErrProducePartitionFailed) {
 	if !h.p.dl.topics[f.Topic] { // the dead-letter writer recovers its own partitions
@@ -163,11 +158,9 @@ func (p *Producer) Produce(ctx context.Context, r *kgo.Record, promise func(*kgo
 		p.produceSlow(&pending{produced: p.seq.Add(seqStep), ctx: ctx, r: r, promise: promise})
 		return
 	}
-	// Records kgo may fail unbuffered (see counted) are counted held.
-	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes
+	unbuffered := p.counted || r.Topic == "" || p.maxBytes > 0 && (&pending{r: r}).size() > p.maxBytes // kgo may fail it unbuffered (see counted): counted held
 	if !unbuffered && r.Context == nil {
-		// No allocation: kgo gives handOver the record if it fails.
-		p.cl.Produce(ctx, r, promise)
+		p.cl.Produce(ctx, r, promise) // no allocation: kgo gives handOver the record if it fails
 		return
 	}
 	p.hold(1)
@@ -420,9 +413,7 @@ type Stats struct {
 	Held         int64 // failed and rejected records kept now, to settle or produce again, or produced again and not yet written
 	HeldBytes    int64 // their bytes (see MaxHeldBytes)
 
-	// PartitionHoldTime is, per topic and partition (-1: the topic), the
-	// total time the partition was failed or recovering.
-	PartitionHoldTime map[string]map[int32]time.Duration
+	PartitionHoldTime map[string]map[int32]time.Duration // per topic and partition (-1: the topic), the total time the partition was failed or recovering
 }
 
 func addHoldTime(m map[string]map[int32]time.Duration, topic string, part int32, d time.Duration) {

@@ -58,11 +58,10 @@ func (pd *pending) canceled() error {
 	return nil
 }
 
-// queue holds a partition's kept records in seq order. rs is base[off:]: the
-// room a round leaves at the front takes its failed records back (insertFront).
+// queue holds a partition's kept records in seq order.
 type queue struct {
-	rs   []*pending
-	base []*pending
+	rs   []*pending // base[off:]
+	base []*pending // the room a round leaves at the front takes its failed records back (insertFront)
 	off  int
 	gen  uint64 // changes when records are taken, or one is inserted before the last
 }

@@ -69,13 +69,12 @@ func (t *topic) setAttnLocked() {
 	t.attn = n
 }
 
-// admit tells Produce whether a record's key is quarantined (ok): a record
-// produced now is after the record that quarantined it, whatever its number.
+// admit tells Produce whether a record's key is quarantined (ok).
 func (t *topic) admit(key []byte) (q quarantined, ok bool) {
 	if t == nil {
 		return q, false
 	}
 	t.amu.Lock()
 	defer t.amu.Unlock()
-	return t.quarantinedLocked(key, math.MaxUint64)
+	return t.quarantinedLocked(key, math.MaxUint64) // a record produced now is after the one that quarantined it, whatever its number
 }
