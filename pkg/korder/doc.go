@@ -7,11 +7,11 @@
 // later may be written; producing it again puts it behind them. With
 // kgo.FailPartitionOnProduceFailure, the partition rejects every later record
 // until kgo.Client.RecoverProducePartition recovers it, buffering given
-// records at its front. A Producer collects a failed partition's failed and
-// rejected records from their promises, settles them through the policies
-// (see WithPolicies), the earliest first, and hands the records to produce
-// again back to kgo with the recovery. Nothing else is held: other
-// partitions and topics keep flowing, with any partitioner.
+// records at its front. kgo hands a Producer a failed partition's failed and
+// rejected records (kgo.ProducerOnPartitionFailedRecord); it settles them
+// through the policies (see WithPolicies), the earliest first, and hands the
+// records to produce again back to kgo with the recovery. Nothing else is
+// held: other partitions and topics keep flowing, with any partitioner.
 //
 // The guarantee: for every partition, the records written are exactly the
 // records produced to it, in Produce call order (per producing goroutine, as
@@ -23,35 +23,35 @@
 // goroutine while it recovers; so has a topic kgo fails whole (partition -1,
 // such as an unknown topic), whose recovery partitions the records. Stop
 // stops only the failed partition (or topic); keys are quarantined per topic.
-// A healthy partition costs nothing: Produce takes no lock and allocates
-// nothing. kgo gets the caller's promise, and hands a record that fails with
-// its partition to the Producer (kgo.ProducerOnPartitionFailedRecord); while a
-// key is quarantined or a partition stopped, Produce allocates a record's state.
+// A healthy partition costs nothing: Produce gives kgo the caller's promise,
+// takes no lock and allocates nothing, unless the record has a Context of its
+// own, the client flushes manually or is transactional, or a key is
+// quarantined or a partition stopped: then the record carries the Producer's
+// state, which kgo's produce hooks see as (or under) its Context.
 //
 // With kgo.MaxBufferedPartitionRecords (10000 unless the kgo options say
 // otherwise; keep it well below kgo.MaxBufferedRecords), a partition that a
 // broker stalls fails past the bound (the cause wraps kgo.ErrMaxBuffered)
 // instead of filling kgo's shared buffer: the Producer holds what kgo
-// rejects and produces it again in rounds of the bound.
+// rejects and produces it again in rounds of the bound, once the stalled
+// records are done.
 //
 // # Hooks and locks
 //
 // kgo calls a kgo.HookProducePartitionFailed inline, with kgo's partition
-// lock held, on whatever goroutine fails the partition. The Producer's own
-// hook only counts. The rule the Producer keeps: never hold a korder lock
-// across a kgo call that can call korder's hook (Produce, the recoveries,
-// Flush, ...). An application's hook must not block, produce or recover; it
-// may call Resume and ReleaseQuarantine, which call nothing in kgo.
+// lock held, on whatever goroutine fails the partition. The rule the Producer
+// keeps: never hold a korder lock across a kgo call that can call korder's
+// hook or hand it a record (Produce, the recoveries, Flush, ...). An
+// application's hook must not block, produce or recover; it may call Resume
+// and ReleaseQuarantine, which call nothing in kgo.
 //
 // # Topics that do not exist
 //
-// kgo fails a topic that does not exist once five metadata answers in a row say
-// it is unknown (kgo.UnknownTopicRetries, default 4), then asks at most once
-// per kgo.MetadataMinAge (default 5 s): with the default policies, such a
-// record is dropped about a minute after Produce. To settle sooner, give kgo
-// kgo.UnknownTopicRetries(0) and kgo.MetadataMinAge(250*time.Millisecond) and
-// let the policies wait: with WithPolicies(Retry(3, time.Second), Stop()), the
-// record is stopped after 3 s, or written if the topic is created meanwhile.
-// The policies then also handle the UNKNOWN_TOPIC_OR_PARTITION answers brokers
-// may give just after a topic is created.
+// kgo fails a topic that does not exist after kgo.UnknownTopicRetries (4)
+// more unknown answers, asking at most once per kgo.MetadataMinAge (5 s):
+// with the default policies, such a record is dropped about a minute after
+// Produce. With kgo.UnknownTopicRetries(0), kgo.MetadataMinAge(250ms) and
+// WithPolicies(Retry(3, time.Second), Stop()), it is stopped after 3 s, or
+// written if the topic is created meanwhile; the policies then also handle
+// the UNKNOWN_TOPIC_OR_PARTITION answers brokers give just after a creation.
 package korder

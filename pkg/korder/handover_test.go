@@ -90,3 +90,47 @@ func TestClientRecordTakenOver(t *testing.T) {
 	}
 	expectLog(ctx, t, c, topic, 0, []string{"k-0"})
 }
+
+// wrapsContext replaces a buffered record's Context with a child, as a
+// tracing hook (kotel) does.
+type wrapsContext struct{}
+
+type wrapKey struct{}
+
+func (wrapsContext) OnProduceRecordBuffered(r *kgo.Record) {
+	r.Context = context.WithValue(r.Context, wrapKey{}, true)
+}
+
+// A produce hook that wraps a record's Context does not hide the Producer's
+// own records from it: records with and without a Context of their own fail
+// twice (the second time in their round) and are written in order, each
+// promise called once.
+func TestHookWrappingRecordContext(t *testing.T) {
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	p := newProducer(t, c, []kgo.Opt{kgo.WithHooks(wrapsContext{})}, korder.WithPolicies(korder.Retry(1000, 10*time.Millisecond)))
+	if err := produceSync(ctx, p, rec(0, "w", 0)); err != nil { // the topic is known
+		t.Fatal(err)
+	}
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.InvalidRecord, Count: 2})
+	ps := newPromises()
+	var want []string
+	for i := range 6 {
+		r := rec(0, "k", i)
+		if i%2 == 1 {
+			r.Context = ctx // the Producer's own record
+		}
+		want = append(want, string(r.Value))
+		p.Produce(ctx, r, ps.fn())
+	}
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if err != nil {
+			t.Errorf("%s: %v", r.Value, err)
+		}
+	}
+	if err := p.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	expectLog(ctx, t, c, topic, 0, append([]string{"w-0"}, want...))
+}

@@ -395,18 +395,12 @@ func (pt *partition) waitPendingLocked() {
 	d := max(pt.wait, minPendingWait)
 	pt.wait = min(2*d, maxPendingWait)
 	arrived := pt.arrived
-	tm := time.AfterFunc(d, pt.wake) // or a timer: the last promise may be returning already
+	tm := time.AfterFunc(d, func() { pt.mu.Lock(); pt.cond.Broadcast(); pt.mu.Unlock() }) // or a timer: the last promise may be returning already
 	pt.cond.Wait()
 	tm.Stop()
 	if pt.arrived != arrived {
 		pt.wait = 0 // records still come back: their last one returns soon
 	}
-}
-
-func (pt *partition) wake() {
-	pt.mu.Lock()
-	pt.cond.Broadcast()
-	pt.mu.Unlock()
 }
 
 // unprotectedLocked settles the kept records with their kgo errors once kgo
@@ -476,19 +470,16 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 }
 
 func (pt *partition) leaveRoundLocked(r *kgo.Record) {
-	delete(pt.inRound, r)
-	if len(pt.inRound) == 0 {
+	if delete(pt.inRound, r); len(pt.inRound) == 0 {
 		pt.endRoundLocked()
 	}
 }
 
 // endRoundLocked ends the round: its failed records go back in q, first.
 func (pt *partition) endRoundLocked() {
-	pt.inRound = nil
 	pt.q.insertFront(pt.back)
-	pt.back = nil
 	close(pt.roundEnd)
-	pt.roundEnd = nil
+	pt.inRound, pt.back, pt.roundEnd = nil, nil, nil
 	if pt.failedRd && !pt.roundKept {
 		pt.suspectRd = 0 // later records may have failed with it: as a first failure
 	} else if pt.failedRd {

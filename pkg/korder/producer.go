@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -182,21 +183,16 @@ func (p *Producer) produceSlow(pd *pending) {
 	p.carry(pd)
 }
 
-// carry gives kgo a record, counted held, for ownPromise (see mark).
+// carry gives kgo a record, counted held, marked (see handOver).
 func (p *Producer) carry(pd *pending) {
 	pd.mark()
-	p.cl.Produce(pd.ctx, pd.r, p.ownPromise)
-}
-
-func (p *Producer) ownPromise(r *kgo.Record, err error) {
-	p.result(r.Context.(*pending), r, err)
-	p.hold(-1)
+	p.cl.Produce(pd.ctx, pd.r, func(r *kgo.Record, err error) { p.result(pd, r, err); p.hold(-1) })
 }
 
 // handOver is kgo's ProducerOnPartitionFailedRecord: a record with its caller's
 // promise is the Producer's from here; its own go to their promises.
 func (p *Producer) handOver(r *kgo.Record, err error, promise func(*kgo.Record, error)) {
-	if _, own := r.Context.(*pending); own || p.dl.topics[r.Topic] {
+	if ownOf(r) != nil || p.dl.topics[r.Topic] {
 		promise(r, err)
 		return
 	}
@@ -432,9 +428,7 @@ func (p *Producer) Stats() Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for topic, m := range p.holdTime {
-		for part, d := range m {
-			addHoldTime(s.PartitionHoldTime, topic, part, d)
-		}
+		s.PartitionHoldTime[topic] = maps.Clone(m)
 	}
 	for _, t := range p.topics {
 		t.mu.Lock()

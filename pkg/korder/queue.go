@@ -23,6 +23,22 @@ type pending struct {
 	round    uint64 // the recovery round it last came back failed from
 }
 
+type ownKey struct{ r *kgo.Record }
+
+// Value finds pd through a Context that wraps it, as a hook may (kotel does).
+func (pd *pending) Value(key any) any {
+	if key == (ownKey{pd.r}) {
+		return pd
+	}
+	return pd.Context.Value(key)
+}
+
+// ownOf returns the pending of a record the Producer gave kgo (mark), if any.
+func ownOf(r *kgo.Record) *pending {
+	pd, _ := cmp.Or(r.Context, context.Background()).Value(ownKey{r}).(*pending)
+	return pd
+}
+
 // mark makes pd the record's Context while kgo has it (handOver knows it).
 func (pd *pending) mark() {
 	if pd.Context == nil { // set once: kgo may still watch pd after a promise
