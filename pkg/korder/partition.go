@@ -544,7 +544,7 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 	return err
 }
 
-const seqStep = 1 << 20 // leaves room below each number: see numberLocked
+const seqStep = 1 << 20 // room below each number for as many records buffered before a failure, less one (numberLocked); more keep their arrival order
 
 // numberLocked numbers a record as it first comes back with failure f, in
 // Produce order: kgo returns a partition's records in that order, but for those
