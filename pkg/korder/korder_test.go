@@ -118,7 +118,7 @@ func (ps *promises) wait(ctx context.Context, t *testing.T) {
 	case <-ctx.Done():
 		buf := make([]byte, 4<<20)
 		buf = buf[:runtime.Stack(buf, true)]
-		t.Fatalf("promises did not all run; goroutines:\n%s", buf) // for a hang seen once in CI
+		t.Errorf("promises did not all run; goroutines:\n%s", buf) // for a hang seen once in CI; the caller says which
 	}
 }
 

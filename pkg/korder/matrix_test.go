@@ -184,6 +184,9 @@ func (m *matrixRun) checkRun(ctx context.Context) map[*kgo.Record]error {
 	t := m.t
 	t.Helper()
 	m.ps.wait(ctx, t)
+	if t.Failed() {
+		t.Logf("stats: %+v; kgo buffers %d records", m.p.Stats(), m.p.Client().BufferedProduceRecords())
+	}
 	errs := m.ps.check(t)
 
 	m.mu.Lock()
