@@ -93,6 +93,7 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed, recovered chan s
 }
 
 type quarantined struct {
+	pt      *partition // the partition that quarantined it (behind)
 	dlTopic string
 	seq     uint64 // the record that quarantined the key: the records after it follow it
 	cause   error  // its cause; nil while its copy is written (the key's room is reserved)
@@ -123,7 +124,7 @@ func (t *topic) quarantinedLocked(key []byte, seq uint64) (quarantined, bool) {
 }
 
 // reserve reserves key's room before its first copy (e, if made); false: full.
-func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
+func (t *topic) reserve(pt *partition, key []byte, dlTopic string, seq uint64) (*quarantined, bool) {
 	t.amu.Lock()
 	defer t.amu.Unlock()
 	if t.quarantine[string(key)] != nil {
@@ -133,7 +134,7 @@ func (t *topic) reserve(key []byte, dlTopic string, seq uint64) (*quarantined, b
 	} else if t.quarantine == nil {
 		t.quarantine = quarantine{}
 	}
-	e := &quarantined{dlTopic: dlTopic, seq: seq}
+	e := &quarantined{pt: pt, dlTopic: dlTopic, seq: seq}
 	t.quarantine[string(key)] = e
 	t.setAttnLocked()
 	return e, true

@@ -46,7 +46,7 @@ func newProducer(t *testing.T, c *kfake.Cluster, kopts []kgo.Opt, opts ...korder
 		kgo.ProducerLinger(0),
 		kgo.ProducerBatchCompression(kgo.NoCompression()), // so that faults can see record values
 		kgo.RecordPartitioner(kgo.ManualPartitioner()),
-	}, kopts...)
+	}, append(traceOpts(t), kopts...)...)
 	p, err := korder.NewProducer(kopts, opts...)
 	if err != nil {
 		t.Fatal(err)

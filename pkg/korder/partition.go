@@ -42,6 +42,8 @@ type partition struct {
 	before    uint64                         // the records buffered before numbered, numbered below first
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
+	later     []held                         // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
+	accepts   uint64                         // kgo's accepted recovery calls
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
 	rsGen     uint64                         // q.gen when rs was made
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
@@ -109,7 +111,7 @@ func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed
 
 // fullLocked: keeping pd would pass MaxHeld or MaxHeldBytes.
 func (pt *partition) fullLocked(pd *pending) bool {
-	n := pt.q.len() + len(pt.back) + len(pt.inRound)
+	n := pt.q.len() + len(pt.back) + len(pt.inRound) + len(pt.later)
 	return n >= pt.p.cfg.maxHeld || pt.bytes+pd.size() > pt.p.cfg.maxHeldBytes
 }
 
@@ -134,6 +136,11 @@ func (pt *partition) run() {
 			return
 		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
+			continue
+		case len(pt.later) > 0 && (pt.failure == nil || pt.later[0].at < pt.accepts): // kgo returned the key's earlier records: diverted first
+			if !pt.quarantinedLocked() {
+				pt.divertLaterLocked(nil)
+			}
 			continue
 		case pt.q.len() == 0: // nothing to produce again: end, or one attempt to un-fail it
 			if pt.failure == nil {
@@ -251,6 +258,9 @@ func (pt *partition) stopLocked(cause error) {
 
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
+	for len(pt.later) > 0 { // stopped (the key's earlier records fail), or closing
+		pt.divertLaterLocked(err)
+	}
 	pt.q.insertFront(pt.back)
 	pt.back, pt.rs = nil, nil
 	for err != nil && pt.q.len() > 0 {
@@ -266,10 +276,10 @@ func (pt *partition) endLocked(err error) {
 // produceLocked hands the first n kept records (0: all) back to kgo (see
 // recoverLocked), trying again while kgo refuses for promises to return.
 func (pt *partition) produceLocked(n int, rest bool) {
-	for pt.settleCanceledLocked(n) {
-	}
-	pt.quarantinedLocked(n)
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
+		if pt.settleCanceledLocked(n) || pt.quarantinedLocked() {
+			continue // the lock was released: records may have come back
+		}
 		err := pt.recoverLocked(n, rest)
 		switch {
 		case err == nil, pt.failure == nil: // recovered, or kgo refused for good
@@ -366,6 +376,7 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 // now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.settled, pt.wait = false, 0
+	pt.accepts++ // every record kgo rejected or failed before the call came back
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	pt.slowLocked(0)
 	switch {
@@ -414,14 +425,13 @@ func (pt *partition) unprotectedLocked(err error) {
 	}
 }
 
-// quarantinedLocked diverts the first n kept records (0: all) whose key is
-// quarantined instead of producing them again.
-func (pt *partition) quarantinedLocked(n int) {
-	n = pt.q.head(n)
+// quarantinedLocked diverts the kept records whose key is quarantined instead
+// of producing them again; false: there were none.
+func (pt *partition) quarantinedLocked() bool {
 	var rs []*pending
 	var qs []quarantined
 	pt.t.amu.Lock()
-	for _, pd := range pt.q.rs[:n] {
+	for _, pd := range pt.q.rs {
 		if q, ok := pt.t.quarantinedLocked(pd.r.Key, pd.seq); ok {
 			rs, qs = append(rs, pd), append(qs, q)
 		}
@@ -434,6 +444,53 @@ func (pt *partition) quarantinedLocked(n int) {
 		pt.p.divertKeyed(pt.t, pd, qs[i], func(err error) { pt.p.finish(pd, err) })
 		pt.mu.Lock()
 	}
+	return len(rs) > 0
+}
+
+type held struct {
+	pd *pending
+	q  quarantined
+	at uint64 // accepts when it was kept
+}
+
+// behind keeps pd, produced once its key was quarantined by pt (q) while pt is
+// failed, until a recovery call made after it is accepted: kgo has then
+// returned the key's records produced before it. false: pt keeps nothing.
+func (pt *partition) behind(pd *pending, q quarantined) bool {
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	for pt.calling { // see partition
+		pt.parked++
+		pt.cond.Wait()
+		pt.parked--
+	}
+	switch {
+	case len(pt.later) == 0 && (pt.failure == nil || !pt.worker || pt.stopped != nil):
+		return false
+	case pt.fullLocked(pd):
+		pt.p.st.heldFull.Add(1)
+		pt.mu.Unlock()
+		pt.p.finish(pd, wrap(ErrHeldFull, q.cause))
+		pt.mu.Lock()
+		return true
+	}
+	pt.later = append(pt.later, held{pd, q, pt.accepts})
+	pt.bytes += pd.size()
+	pt.cond.Broadcast()
+	return true
+}
+
+// divertLaterLocked diverts the first record kept behind its key (err: fails it).
+func (pt *partition) divertLaterLocked(err error) {
+	h := pt.later[0]
+	pt.mu.Unlock()
+	if err != nil {
+		pt.p.finish(h.pd, wrap(err, h.q.cause))
+	} else {
+		pt.p.divertKeyed(pt.t, h.pd, h.q, func(err error) { pt.p.finish(h.pd, err) })
+	}
+	pt.mu.Lock()
+	pt.later, pt.bytes = pt.later[1:], pt.bytes-h.pd.size() // popped once diverted: a record produced meanwhile is kept behind it
 }
 
 // settleCanceledLocked settles the first of n records whose context is done.
@@ -520,7 +577,7 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 	var e *quarantined
 	if quarantine && pd.r.Key != nil {
 		var ok bool
-		if e, ok = pt.t.reserve(pd.r.Key, topic, pd.seq); !ok {
+		if e, ok = pt.t.reserve(pt, pd.r.Key, topic, pd.seq); !ok {
 			return errQuarantineFull
 		}
 	}

@@ -177,7 +177,9 @@ func (p *Producer) produceSlow(pd *pending) {
 	}
 	t := p.topic(pd.r.Topic)
 	if q, ok := t.admit(pd.r.Key); ok {
-		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
+		if !q.pt.behind(pd, q) {
+			p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
+		}
 		return
 	}
 	p.carry(pd)
@@ -434,7 +436,7 @@ func (p *Producer) Stats() Stats {
 		t.mu.Lock()
 		for _, pt := range t.parts {
 			pt.mu.Lock()
-			s.Held += int64(pt.q.len() + len(pt.back) + len(pt.inRound))
+			s.Held += int64(pt.q.len() + len(pt.back) + len(pt.inRound) + len(pt.later))
 			s.HeldBytes += pt.bytes
 			addHoldTime(s.PartitionHoldTime, t.name, pt.id, time.Since(pt.since))
 			pt.mu.Unlock()

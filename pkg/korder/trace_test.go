@@ -1,0 +1,54 @@
+package korder_test
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// traceLogger keeps the client's last debug log lines, written out if the
+// test fails: set KORDER_TRACE to a directory (for rare failures).
+type traceLogger struct {
+	mu    sync.Mutex
+	lines []string
+	next  int
+}
+
+func (l *traceLogger) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+
+func (l *traceLogger) Log(level kgo.LogLevel, msg string, kvs ...any) {
+	s := fmt.Sprintf("%s %s %s %v", time.Now().Format("15:04:05.000000"), level, msg, kvs)
+	l.mu.Lock()
+	if len(l.lines) < 50000 {
+		l.lines = append(l.lines, s)
+	} else {
+		l.lines[l.next] = s
+		l.next = (l.next + 1) % len(l.lines)
+	}
+	l.mu.Unlock()
+}
+
+func traceOpts(t *testing.T) []kgo.Opt {
+	dir := os.Getenv("KORDER_TRACE")
+	if dir == "" {
+		return nil
+	}
+	l := &traceLogger{}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		out := append(append([]string(nil), l.lines[l.next:]...), l.lines[:l.next]...)
+		name := fmt.Sprintf("%s/trace-%s-%d.log", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
+		_ = os.WriteFile(name, []byte(strings.Join(out, "\n")+"\n"), 0o644)
+		t.Logf("trace written to %s", name)
+	})
+	return []kgo.Opt{kgo.WithLogger(l)}
+}
