@@ -376,7 +376,7 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 // now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.settled, pt.wait = false, 0
-	pt.accepts++ // every record kgo rejected or failed before the call came back
+	pt.accepts++                      // every record kgo rejected or failed before the call came back
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	pt.slowLocked(0)
 	switch {
