@@ -42,7 +42,7 @@ type partition struct {
 	before    uint64                         // the records buffered before numbered, numbered below first
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
-	later     []held                         // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
+	later     []*pending                     // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
 	accepts   uint64                         // kgo's accepted recovery calls
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
 	rsGen     uint64                         // q.gen when rs was made
@@ -69,11 +69,7 @@ const (
 
 // arriveLocked takes a record failed (err wraps fe) or rejected (err is fe).
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
-	for pt.calling { // see partition
-		pt.parked++ // forget must not drop pt meanwhile: the record would come back to a partition no longer kept
-		pt.cond.Wait()
-		pt.parked--
-	}
+	pt.waitCallLocked()
 	pd.err, pd.rejected = err, err == error(fe)
 	pt.failure = fe                 // kgo may have failed it anew
 	round := pt.inRound[pd.r] == pd // counted already
@@ -137,7 +133,7 @@ func (pt *partition) run() {
 		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
 			continue
-		case len(pt.later) > 0 && (pt.failure == nil || pt.later[0].at < pt.accepts): // kgo returned the key's earlier records: diverted first
+		case len(pt.later) > 0 && (pt.failure == nil || pt.later[0].round < pt.accepts): // kgo returned the key's earlier records: diverted first
 			if !pt.quarantinedLocked() {
 				pt.divertLaterLocked(nil)
 			}
@@ -447,23 +443,13 @@ func (pt *partition) quarantinedLocked() bool {
 	return len(rs) > 0
 }
 
-type held struct {
-	pd *pending
-	q  quarantined
-	at uint64 // accepts when it was kept
-}
-
-// behind keeps pd, produced once its key was quarantined by pt (q) while pt is
-// failed, until a recovery call made after it is accepted: kgo has then
-// returned the key's records produced before it. false: pt keeps nothing.
+// behind keeps pd, produced while pt, failed, quarantines its key (q), until a
+// recovery call made after it is accepted: kgo has then returned the key's
+// records produced before it, which go first. false: pt keeps nothing.
 func (pt *partition) behind(pd *pending, q quarantined) bool {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
-	for pt.calling { // see partition
-		pt.parked++
-		pt.cond.Wait()
-		pt.parked--
-	}
+	pt.waitCallLocked()
 	switch {
 	case len(pt.later) == 0 && (pt.failure == nil || !pt.worker || pt.stopped != nil):
 		return false
@@ -474,23 +460,35 @@ func (pt *partition) behind(pd *pending, q quarantined) bool {
 		pt.mu.Lock()
 		return true
 	}
-	pt.later = append(pt.later, held{pd, q, pt.accepts})
-	pt.bytes += pd.size()
+	pd.round = pt.accepts // the calls accepted before it
+	pt.later, pt.bytes = append(pt.later, pd), pt.bytes+pd.size()
 	pt.cond.Broadcast()
 	return true
 }
 
-// divertLaterLocked diverts the first record kept behind its key (err: fails it).
+// divertLaterLocked diverts the first record kept behind its key (err: fails
+// it), or produces it if the key was released meanwhile.
 func (pt *partition) divertLaterLocked(err error) {
-	h := pt.later[0]
+	pd := pt.later[0]
 	pt.mu.Unlock()
-	if err != nil {
-		pt.p.finish(h.pd, wrap(err, h.q.cause))
+	if q, ok := pt.t.admit(pd.r.Key); err != nil {
+		pt.p.finish(pd, err)
+	} else if ok {
+		pt.p.divertKeyed(pt.t, pd, q, func(err error) { pt.p.finish(pd, err) })
 	} else {
-		pt.p.divertKeyed(pt.t, h.pd, h.q, func(err error) { pt.p.finish(h.pd, err) })
+		pt.p.carry(pd)
 	}
 	pt.mu.Lock()
-	pt.later, pt.bytes = pt.later[1:], pt.bytes-h.pd.size() // popped once diverted: a record produced meanwhile is kept behind it
+	pt.later, pt.bytes = pt.later[1:], pt.bytes-pd.size() // popped once diverted: a record produced meanwhile is kept behind it
+}
+
+// waitCallLocked waits for the worker's recovery call to end (see partition).
+func (pt *partition) waitCallLocked() {
+	for pt.calling {
+		pt.parked++ // forget must not drop pt meanwhile: the record would come back to a partition no longer kept
+		pt.cond.Wait()
+		pt.parked--
+	}
 }
 
 // settleCanceledLocked settles the first of n records whose context is done.
