@@ -45,13 +45,5 @@
 // application's hook must not block, produce or recover; it may call Resume
 // and ReleaseQuarantine, which call nothing in kgo.
 //
-// # Topics that do not exist
-//
-// kgo fails a topic that does not exist after kgo.UnknownTopicRetries (4)
-// more unknown answers, asking at most once per kgo.MetadataMinAge (5 s):
-// with the default policies, such a record is dropped about a minute after
-// Produce. With kgo.UnknownTopicRetries(0), kgo.MetadataMinAge(250ms) and
-// WithPolicies(Retry(3, time.Second), Stop()), it is stopped after 3 s, or
-// written if the topic is created meanwhile; the policies then also handle
-// the UNKNOWN_TOPIC_OR_PARTITION answers brokers give just after a creation.
+// A topic that does not exist: see the example of WithPolicies.
 package korder

@@ -87,3 +87,25 @@ func ExampleDeadLetter() {
 	// bob/order-3 dead-lettered: false
 	// quarantined: alice
 }
+
+// A topic that does not exist: kgo fails it after kgo.UnknownTopicRetries (4)
+// more unknown answers, asking at most once per kgo.MetadataMinAge (5 s), so
+// with the default policies such a record is dropped about a minute after
+// Produce. With these options it is stopped after 3 s, or written if the
+// topic is created meanwhile; the policies then also handle the
+// UNKNOWN_TOPIC_OR_PARTITION answers brokers give just after a creation.
+func ExampleWithPolicies_unknownTopic() {
+	p, err := korder.NewProducer(
+		[]kgo.Opt{kgo.SeedBrokers("localhost:9092"), kgo.UnknownTopicRetries(0), kgo.MetadataMinAge(250 * time.Millisecond)},
+		korder.WithPolicies(korder.Retry(3, time.Second), korder.Stop()),
+	)
+	if err != nil {
+		panic(err)
+	}
+	defer p.Close()
+	p.Produce(context.Background(), &kgo.Record{Topic: "created-soon", Value: []byte("v")}, func(r *kgo.Record, err error) {
+		if errors.Is(err, korder.ErrStopped) {
+			p.Resume(r.Topic) // produce to it again once it exists
+		}
+	})
+}

@@ -43,7 +43,6 @@ type partition struct {
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
 	later     []*pending                     // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
-	accepts   uint64                         // kgo's accepted recovery calls
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
 	rsGen     uint64                         // q.gen when rs was made
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
@@ -133,7 +132,7 @@ func (pt *partition) run() {
 		case len(pt.inRound) > 0: // wait for the round's outcome
 			pt.cond.Wait()
 			continue
-		case len(pt.later) > 0 && (pt.failure == nil || pt.later[0].round < pt.accepts): // kgo returned the key's earlier records: diverted first
+		case len(pt.later) > 0 && pt.failure == nil: // recovered: kgo returned the key's earlier records, diverted first
 			if !pt.quarantinedLocked() {
 				pt.divertLaterLocked(nil)
 			}
@@ -372,7 +371,6 @@ func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs 
 // now failed with still, or recovered (nil).
 func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 	pt.settled, pt.wait = false, 0
-	pt.accepts++                      // every record kgo rejected or failed before the call came back
 	pt.resumed, pt.stopCause = 0, nil // every record produced before Resume came back
 	pt.slowLocked(0)
 	switch {
@@ -443,9 +441,9 @@ func (pt *partition) quarantinedLocked() bool {
 	return len(rs) > 0
 }
 
-// behind keeps pd, produced while pt, failed, quarantines its key (q), until a
-// recovery call made after it is accepted: kgo has then returned the key's
-// records produced before it, which go first. false: pt keeps nothing.
+// behind keeps pd, produced while pt, failed, quarantines its key (q), until pt
+// is recovered: kgo has then returned the key's records produced before it,
+// which go first. false: pt keeps nothing.
 func (pt *partition) behind(pd *pending, q quarantined) bool {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
@@ -460,7 +458,6 @@ func (pt *partition) behind(pd *pending, q quarantined) bool {
 		pt.mu.Lock()
 		return true
 	}
-	pd.round = pt.accepts // the calls accepted before it
 	pt.later, pt.bytes = append(pt.later, pd), pt.bytes+pd.size()
 	pt.cond.Broadcast()
 	return true
