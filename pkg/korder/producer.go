@@ -204,8 +204,7 @@ func (p *Producer) handOver(r *kgo.Record, err error, promise func(*kgo.Record, 
 // result takes a record's outcome: a partition failure's goes to the partition.
 func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	pd.unmark()
-	var fe *kgo.ErrProducePartitionFailed
-	if err != nil && errors.As(err, &fe) {
+	if fe := failure(err); fe != nil {
 		pt := p.lockPartition(fe.Topic, fe.Partition)
 		if pd.seq == 0 {
 			pd.seq = pt.numberLocked(fe, err)
@@ -217,6 +216,17 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 		}
 	}
 	pd.promise(r, err)
+}
+
+// failure returns the partition failure err carries, if any: a rejection's is
+// err, found without errors.As, which moves its target to the heap.
+func failure(err error) *kgo.ErrProducePartitionFailed {
+	if fe, ok := err.(*kgo.ErrProducePartitionFailed); ok || err == nil {
+		return fe
+	}
+	var fe *kgo.ErrProducePartitionFailed
+	errors.As(err, &fe)
+	return fe
 }
 
 // finish calls the promise of a record the Producer holds, and counts it out.
