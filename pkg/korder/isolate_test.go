@@ -2,6 +2,8 @@ package korder_test
 
 import (
 	"bytes"
+	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,5 +108,40 @@ func TestIsolateFastWithLinger(t *testing.T) {
 	// 16 times the records: log2(16) = 4 more halvings; allow twice that.
 	if reqs[1200]-reqs[75] > 8 {
 		t.Errorf("produce requests by batch size %v: more than logarithmic growth", reqs)
+	}
+}
+
+// A partition whose every record fails on its own (a broker rejecting all
+// of them): once the first culprit is found, each record behind it is
+// produced alone first, and fails alone, so the partition costs about one
+// produce request per record. Producing the rest whole after each culprit
+// made every record behind it fail again and be narrowed down again: about
+// n log2(n) requests, and n squared records sent.
+func TestEveryRecordFailingIsProbed(t *testing.T) {
+	const n = 64
+	ctx := testCtx(t)
+	c := newCluster(t, 1)
+	poison(c)
+	var reqs atomic.Int64
+	release := holdFirstProduce(c)
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		reqs.Add(1)
+		return nil, nil, false
+	})
+	p := newProducer(t, c, nil, korder.WithPolicies(korder.Isolate(), korder.Drop()))
+	ps := newPromises()
+	for i := range n {
+		p.Produce(ctx, &kgo.Record{Topic: topic, Value: []byte("POISON-" + strconv.Itoa(i))}, ps.fn())
+	}
+	release()
+	ps.wait(ctx, t)
+	for r, err := range ps.check(t) {
+		if !errors.Is(err, korder.ErrDropped) {
+			t.Errorf("%s: %v, expected ErrDropped", r.Value, err)
+		}
+	}
+	if got := reqs.Load(); got > 2*n {
+		t.Errorf("%d produce requests for %d records failing on their own, expected at most %d", got, n, 2*n)
 	}
 }

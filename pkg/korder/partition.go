@@ -179,8 +179,9 @@ func (pt *partition) run() {
 		case probe: // one failed record is the culprit only once all came back
 			pt.barrierLocked()
 			continue
-		case suspects == 0: // nothing that failed is kept: the rest goes whole
-			pt.settled, pt.from = true, 0
+		case suspects == 0: // nothing that failed is kept: the first alone (as it may fail too), then the rest whole
+			pt.from = 0
+			pt.produceLocked(1, true)
 			continue
 		case pd.canceled() != nil:
 			pt.p.st.canceled.Add(1)

@@ -32,7 +32,9 @@ const (
 // the delivery timeout running out, NOT_ENOUGH_REPLICAS, an unknown topic,
 // ...) belongs to the partition: they settle every record that failed with it
 // in the last attempt. Either way, the records behind are then produced
-// again, in order, past the policies.
+// again, in order, past the policies: the first alone, the rest once it is
+// written, so that a partition whose every record fails costs one attempt
+// per record.
 type Policy struct {
 	kind            policyKind
 	attempts        int
