@@ -1,6 +1,7 @@
 package korder
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math"
@@ -222,7 +223,11 @@ func (pt *partition) suspectsLocked() (n int, first *pending, probe bool) {
 	if pt.suspectRd == 0 {
 		hi, f = math.MaxUint64, func(pd *pending) bool { return !pd.rejected }
 	}
-	n, first = pt.q.span(hi, f)
+	for i := 0; i < pt.q.len() && pt.q.rs[i].seq <= hi; i++ { // through the last one up to seq hi for which f holds
+		if f(pt.q.rs[i]) {
+			n, first = i+1, cmp.Or(first, pt.q.rs[i])
+		}
+	}
 	return n, first, pt.suspectRd == 0 && n == 1 && pt.probed != pt.failure // probe: a lone suspect needs a barrier first
 }
 

@@ -147,15 +147,3 @@ func (q *queue) take(i, j int) []*pending {
 	}
 	return out
 }
-
-// span counts the records from the front through the last one up to seq hi
-// for which f holds, and returns the first such one.
-func (q *queue) span(hi uint64, f func(*pending) bool) (n int, first *pending) {
-	for i := 0; i < len(q.rs) && q.rs[i].seq <= hi; i++ {
-		if f(q.rs[i]) {
-			n = i + 1
-			first = cmp.Or(first, q.rs[i])
-		}
-	}
-	return n, first
-}
