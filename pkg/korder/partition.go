@@ -527,14 +527,11 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	}
 }
 
+// leaveRoundLocked takes r out of the round; the last ends it: its failed records go back in q, first.
 func (pt *partition) leaveRoundLocked(r *kgo.Record) {
-	if delete(pt.inRound, r); len(pt.inRound) == 0 {
-		pt.endRoundLocked()
+	if delete(pt.inRound, r); len(pt.inRound) > 0 {
+		return
 	}
-}
-
-// endRoundLocked ends the round: its failed records go back in q, first.
-func (pt *partition) endRoundLocked() {
 	pt.q.insertFront(pt.back)
 	close(pt.roundEnd)
 	pt.inRound, pt.back, pt.roundEnd = nil, nil, nil
