@@ -304,7 +304,6 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 		}
 		pt.rsGen = pt.q.gen
 	}
-	pt.failedRd = false
 	f := pt.failure
 	still, err := pt.callLocked(f, keep, pt.rs)
 	if !errors.Is(err, kgo.ErrRecoveryPending) {
@@ -332,7 +331,6 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 // barrierLocked makes a no-record recovery that keeps the partition failed.
 func (pt *partition) barrierLocked() bool {
 	f := pt.failure
-	pt.failedRd = false
 	still, err := pt.callLocked(f, true, nil)
 	if err != nil {
 		if pt.refusedLocked(f, err); errors.Is(err, kgo.ErrRecoveryPending) {
@@ -349,7 +347,7 @@ func (pt *partition) barrierLocked() bool {
 // lock released: still is the failure the partition is still failed with; an
 // error, a refusal. Accepted, rs leave q for inRound before their promises run.
 func (pt *partition) callLocked(f *kgo.ErrProducePartitionFailed, keep bool, rs []*kgo.Record) (still *kgo.ErrProducePartitionFailed, err error) {
-	pt.calling = true
+	pt.calling, pt.failedRd = true, false // failedRd: of the round the call may start
 	pt.mu.Unlock()
 	if keep {
 		still, err = pt.p.cl.RecoverProducePartitionKeepFailed(f, pt.roundPromise, rs...)
