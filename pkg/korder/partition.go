@@ -62,10 +62,7 @@ type partition struct {
 }
 
 // The waits after kgo.ErrRecoveryPending, doubling while no record comes back.
-const (
-	minPendingWait = time.Millisecond
-	maxPendingWait = 50 * time.Millisecond
-)
+const minPendingWait, maxPendingWait = time.Millisecond, 50 * time.Millisecond
 
 // arriveLocked takes a record failed (err wraps fe) or rejected (err is fe).
 func (pt *partition) arriveLocked(pd *pending, fe *kgo.ErrProducePartitionFailed, err error) (settle error) {
