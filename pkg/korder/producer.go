@@ -403,9 +403,7 @@ func (p *Producer) logf(level kgo.LogLevel, msg string, kvs ...any) {
 	}
 }
 
-type stats struct {
-	failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled atomic.Int64
-}
+type stats struct{ failures, retries, isolations, deadLettered, dropped, stopped, heldFull, canceled atomic.Int64 }
 
 // Stats counts what the Producer did. Counts are of records unless noted.
 type Stats struct {
