@@ -141,9 +141,7 @@ func (pt *partition) run() {
 				return
 			}
 			pt.from = 0 // no half is left to keep it failed for
-			if err := pt.recoverLocked(0, false); errors.Is(err, kgo.ErrRecoveryPending) {
-				pt.waitPendingLocked()
-			}
+			pt.recoverLocked(0, false)
 			continue
 		case pt.failure == nil: // records kept, and no failure of kgo's to recover
 			pt.unprotectedLocked(errors.New("korder: records kept for a partition that kgo does not have failed"))
@@ -272,24 +270,20 @@ func (pt *partition) endLocked(err error) {
 }
 
 // produceLocked hands the first n kept records (0: all) back to kgo (see
-// recoverLocked), trying again while kgo refuses for promises to return.
+// recoverLocked), trying again after a refusal for promises to return.
 func (pt *partition) produceLocked(n int, rest bool) {
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
 		if pt.settleCanceledLocked(n) || pt.quarantinedLocked() {
 			continue // the lock was released: records may have come back
 		}
-		err := pt.recoverLocked(n, rest)
-		switch {
-		case err == nil, pt.failure == nil: // recovered, or kgo refused for good
+		if err := pt.recoverLocked(n, rest); err == nil || pt.failure == nil { // recovered, or kgo refused for good
 			return
-		case errors.Is(err, kgo.ErrRecoveryPending):
-			pt.waitPendingLocked()
-		} // else kgo failed it anew: again, with that failure
+		} // else again: after the wait for promises to return, or with kgo's new failure
 	}
 }
 
 // recoverLocked recovers the partition with its first n records (0: all);
-// nil if kgo took them. Other refusals than ErrRecoveryPending are handled.
+// nil if kgo took them, else the refusal, handled (refusedLocked).
 func (pt *partition) recoverLocked(n int, rest bool) error {
 	n = pt.q.head(n)
 	keep := n < pt.q.len() || rest || pt.from > 0 // a part, a Retry's first batch and a half keep the partition failed
@@ -330,9 +324,7 @@ func (pt *partition) barrierLocked() bool {
 	f := pt.failure
 	still, err := pt.callLocked(f, true, nil)
 	if err != nil {
-		if pt.refusedLocked(f, err); errors.Is(err, kgo.ErrRecoveryPending) {
-			pt.waitPendingLocked()
-		}
+		pt.refusedLocked(f, err)
 		return false
 	}
 	pt.acceptedLocked(f, still)
@@ -388,7 +380,8 @@ func (pt *partition) acceptedLocked(f, still *kgo.ErrProducePartitionFailed) {
 func (pt *partition) refusedLocked(f *kgo.ErrProducePartitionFailed, err error) {
 	var g *kgo.ErrProducePartitionFailed
 	switch {
-	case errors.Is(err, kgo.ErrRecoveryPending):
+	case errors.Is(err, kgo.ErrRecoveryPending): // every caller tries again, after this wait
+		pt.waitPendingLocked()
 	case errors.As(err, &g) && g != f: // failed anew (an abort recovered f): the new failure is the partition's; kept records go first
 		pt.failure, pt.wait = g, 0
 	default: // a refusal for good settles the kept records
