@@ -3,6 +3,7 @@ package korder
 import (
 	"cmp"
 	"context"
+	"slices"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -65,13 +66,10 @@ func (pd *pending) size() int64 {
 
 // canceled returns the error of the record's own context, if it is done.
 func (pd *pending) canceled() error {
-	if pd.ctx != nil && pd.ctx.Err() != nil {
-		return pd.ctx.Err()
+	if err := cmp.Or(pd.ctx, context.Background()).Err(); err != nil {
+		return err
 	}
-	if c := pd.r.Context; c != nil && c.Err() != nil {
-		return c.Err()
-	}
-	return nil
+	return cmp.Or(pd.r.Context, context.Background()).Err()
 }
 
 // queue holds a partition's kept records in seq order.
@@ -122,13 +120,11 @@ func (q *queue) insertFront(rs []*pending) {
 
 // remove removes pd, wherever it is.
 func (q *queue) remove(pd *pending) bool {
-	for i, x := range q.rs {
-		if x == pd {
-			q.take(i, i+1)
-			return true
-		}
+	i := slices.Index(q.rs, pd)
+	if i >= 0 {
+		q.take(i, i+1)
 	}
-	return false
+	return i >= 0
 }
 
 // take removes and returns rs[i:j]; an empty queue drops its array.
