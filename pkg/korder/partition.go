@@ -484,8 +484,7 @@ func (pt *partition) waitCallLocked() {
 
 // settleCanceledLocked settles the first of n records whose context is done.
 func (pt *partition) settleCanceledLocked(n int) bool {
-	n = pt.q.head(n)
-	for _, pd := range pt.q.rs[:n] {
+	for _, pd := range pt.q.rs[:pt.q.head(n)] {
 		if err := pd.canceled(); err != nil {
 			pt.p.st.canceled.Add(1)
 			pt.settleLocked(pd, err)

@@ -33,9 +33,8 @@ func (t *topic) partitionLocked(id int32) *partition {
 
 // forget drops pt once it is healthy, and the topic once it has nothing.
 func (t *topic) forget(pt *partition) {
-	p := t.p
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	t.p.mu.Lock()
+	defer t.p.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pt.mu.Lock()
@@ -48,7 +47,7 @@ func (t *topic) forget(pt *partition) {
 	pt.mu.Lock()
 	pt.slowLocked(0) // resumed, then refused for good
 	pt.mu.Unlock()
-	addHoldTime(p.holdTime, t.name, pt.id, time.Since(pt.since))
+	addHoldTime(t.p.holdTime, t.name, pt.id, time.Since(pt.since))
 	t.forgetLocked()
 }
 
