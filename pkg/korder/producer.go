@@ -176,13 +176,11 @@ func (p *Producer) produceSlow(pd *pending) {
 		return
 	}
 	t := p.topic(pd.r.Topic)
-	if q, ok := t.admit(pd.r.Key); ok {
-		if !q.pt.behind(pd, q) {
-			p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
-		}
-		return
+	if q, ok := t.admit(pd.r.Key); !ok {
+		p.carry(pd)
+	} else if !q.pt.behind(pd, q) {
+		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 	}
-	p.carry(pd)
 }
 
 // carry gives kgo a record, counted held, marked (see handOver).
