@@ -93,9 +93,7 @@ func (q *queue) insert(pd *pending) {
 		i = sort.Search(len(q.rs), func(j int) bool { return q.rs[j].seq > pd.seq })
 		q.gen++
 	}
-	q.base = append(q.base, nil)
-	copy(q.base[q.off+i+1:], q.base[q.off+i:])
-	q.base[q.off+i] = pd
+	q.base = slices.Insert(q.base, q.off+i, pd)
 	q.rs = q.base[q.off:]
 }
 
@@ -109,8 +107,7 @@ func (q *queue) insertFront(rs []*pending) {
 	}
 	q.gen++
 	if q.off < len(rs) {
-		q.base = append(append(make([]*pending, 0, len(rs)+len(q.rs)), rs...), q.rs...)
-		q.off = 0
+		q.base, q.off = slices.Concat(rs, q.rs), 0
 	} else {
 		q.off -= len(rs)
 		copy(q.base[q.off:], rs)
