@@ -77,8 +77,7 @@ func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed, recovered chan struct{}) {
 	defer close(recovered)
 	defer d.recovering.Delete(f)
-	wait := minPendingWait
-	for {
+	for wait := minPendingWait; ; wait = min(2*wait, maxPendingWait) {
 		err := d.cl.RecoverProducePartition(f, nil)
 		if !errors.Is(err, kgo.ErrRecoveryPending) && err != error(f) {
 			return // recovered, or no longer kgo's failure
@@ -88,7 +87,6 @@ func (d *deadLetters) recover(f *kgo.ErrProducePartitionFailed, recovered chan s
 		case <-d.closing:
 			return
 		}
-		wait = min(2*wait, maxPendingWait)
 	}
 }
 
