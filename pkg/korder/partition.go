@@ -47,18 +47,16 @@ type partition struct {
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
 	rsGen     uint64                         // q.gen when rs was made
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
-	round     uint64                         // the last round sent (numbered over the Producer)
-	failedRd  bool                           // a record of the last round came back failed
-	roundRest bool                           // the last round was a Retry's first batch: the rest follows
-	suspectRd uint64                         // the last round that failed: its records still kept are the suspects
-	roundHi   uint64                         // the number of the last round's last record
-	roundKept bool                           // the last round kept the partition failed
-	roundN    int                            // the last round's records
 	from      int                            // narrowing down, or settling a failed batch: the policy to start from (call.from)
-	suspectHi uint64                         // suspectRd's roundHi
 	settled   bool                           // the first record is settled, or written: the rest goes whole, past the policies
 	roundEnd  chan struct{}                  // closed when the round in flight ends; nil once it did
 	since     time.Time
+
+	round, roundHi       uint64 // the last round sent (numbered over the Producer), and the number of its last record
+	roundN               int    // the last round's records
+	roundRest, roundKept bool   // the last round was a Retry's first batch (the rest follows); it kept the partition failed
+	failedRd             bool   // a record of the last round came back failed
+	suspectRd, suspectHi uint64 // the last round that failed (its records still kept are the suspects), and its roundHi
 }
 
 // The waits after kgo.ErrRecoveryPending, doubling while no record comes back.
