@@ -100,8 +100,6 @@ type quarantined struct {
 
 type quarantine map[string]*quarantined // a topic's quarantined keys, guarded by its amu
 
-var errQuarantineFull = errors.New("korder: quarantine full")
-
 func (q quarantine) keys() [][]byte {
 	var ks [][]byte
 	for k, e := range q {

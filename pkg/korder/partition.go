@@ -561,7 +561,7 @@ func (pt *partition) deadLetter(topic string, pd *pending, cause error, quaranti
 	if quarantine && pd.r.Key != nil {
 		var ok bool
 		if e, ok = pt.t.reserve(pt, pd.r.Key, topic, pd.seq); !ok {
-			return errQuarantineFull
+			return errors.New("korder: quarantine full")
 		}
 	}
 	done, ch := make(chan struct{}), make(chan error, 1)
