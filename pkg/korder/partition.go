@@ -411,8 +411,7 @@ func (pt *partition) unprotectedLocked(err error) {
 	}
 }
 
-// quarantinedLocked diverts the kept records whose key is quarantined instead
-// of producing them again; false: there were none.
+// quarantinedLocked diverts the kept records of quarantined keys; false: none.
 func (pt *partition) quarantinedLocked() bool {
 	var rs []*pending
 	var qs []quarantined
@@ -433,9 +432,8 @@ func (pt *partition) quarantinedLocked() bool {
 	return len(rs) > 0
 }
 
-// behind keeps pd, produced while pt, failed, quarantines its key (q), until pt
-// is recovered: kgo has then returned the key's records produced before it,
-// which go first. false: pt keeps nothing.
+// behind keeps pd, whose key failed pt quarantines (q), until pt recovers: kgo
+// has then returned the key's earlier records, which go first. false: not kept.
 func (pt *partition) behind(pd *pending, q quarantined) bool {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
