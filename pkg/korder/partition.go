@@ -308,7 +308,7 @@ func (pt *partition) recoverLocked(n int, rest bool) error {
 	}
 	pt.round = pt.p.rounds.Add(1) // its promises wait for the lock (see callLocked)
 	pt.roundRest, pt.roundKept, pt.roundN = rest, keep, n
-	pt.p.moved.Add(1) // before held: see drained
+	pt.p.moved.Add(1) // before held: see Flush
 	pt.p.hold(-int64(n))
 	pt.roundEnd = make(chan struct{})
 	if pt.p.manual { // else the round lingers as any record: a flush would stop every partition's batching

@@ -32,7 +32,7 @@ type Producer struct {
 	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, stops, Close)
 
 	held    atomic.Int64  // the records kgo does not count buffered: kept after a failure, in Produce's slow path, or that kgo may fail unbuffered
-	moved   atomic.Uint64 // handed back to kgo (see drained)
+	moved   atomic.Uint64 // handed back to kgo (see Flush)
 	waiters atomic.Int32  // Flush calls waiting for held to fall to 0
 	idleMu  sync.Mutex
 	idle    chan struct{} // closed when held falls to 0 with waiters
@@ -244,12 +244,6 @@ func (p *Producer) hold(n int64) {
 	}
 }
 
-// drained: nothing held nor buffered in kgo, nor moved between the two reads.
-func (p *Producer) drained() bool {
-	m := p.moved.Load()
-	return p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m
-}
-
 // waitHeld waits until no record is held.
 func (p *Producer) waitHeld(ctx context.Context) error {
 	p.waiters.Add(1)
@@ -319,7 +313,8 @@ func (p *Producer) Flush(ctx context.Context) error {
 		if err := p.waitHeld(ctx); err != nil {
 			return err
 		}
-		if p.drained() {
+		m := p.moved.Load() // done once nothing is held nor buffered in kgo, nor moved between the two reads
+		if p.cl.BufferedProduceRecords() == 0 && p.held.Load() == 0 && p.moved.Load() == m {
 			return nil
 		}
 	}
