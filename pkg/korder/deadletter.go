@@ -127,8 +127,6 @@ func (t *topic) reserve(pt *partition, key []byte, dlTopic string, seq uint64) (
 		return nil, true
 	} else if len(t.quarantine) >= t.p.cfg.maxQuarantined {
 		return nil, false
-	} else if t.quarantine == nil {
-		t.quarantine = quarantine{}
 	}
 	e := &quarantined{pt: pt, dlTopic: dlTopic, seq: seq}
 	t.quarantine[string(key)] = e

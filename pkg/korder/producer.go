@@ -120,7 +120,7 @@ func (p *Producer) lockPartition(name string, id int32) *partition {
 	p.mu.Lock()
 	t := p.topics[name]
 	if t == nil {
-		t = &topic{p: p, name: name, parts: map[int32]*partition{}}
+		t = &topic{p: p, name: name, parts: map[int32]*partition{}, quarantine: quarantine{}}
 		p.topics[name] = t
 	}
 	t.mu.Lock()
