@@ -46,8 +46,7 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 	hs := append(slices.Clip(r.Headers),
 		kgo.RecordHeader{Key: HeaderCause, Value: []byte(cause.Error())},
 		kgo.RecordHeader{Key: HeaderTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-	)
+		kgo.RecordHeader{Key: HeaderPartition, Value: []byte(strconv.Itoa(int(r.Partition)))})
 	d.produce(&kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp, Headers: hs}, done)
 }
 
