@@ -510,7 +510,7 @@ func (pt *partition) roundPromise(r *kgo.Record, err error) {
 	}
 }
 
-// leaveRoundLocked takes r out of the round; the last ends it: its failed records go back in q, first.
+// leaveRoundLocked takes r out of the round; the last ends it, back first in q.
 func (pt *partition) leaveRoundLocked(r *kgo.Record) {
 	if delete(pt.inRound, r); len(pt.inRound) > 0 {
 		return
