@@ -30,16 +30,6 @@ type deadLetters struct {
 	recovering sync.Map // *kgo.ErrProducePartitionFailed being recovered: a chan closed once done
 }
 
-func newDeadLetters(policies []Policy, closing <-chan struct{}) *deadLetters {
-	d := &deadLetters{topics: map[string]bool{}, closing: closing}
-	for _, p := range policies {
-		if p.kind == policyDeadLetter {
-			d.topics[p.topic] = true
-		}
-	}
-	return d
-}
-
 // divert produces a dead-letter copy of pd's record; done gets the outcome.
 func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(error)) {
 	r := pd.r

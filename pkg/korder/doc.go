@@ -19,10 +19,9 @@
 // rejected with ErrHeldFull or settled with their own context's error).
 // Every promise is called exactly once, with the final outcome.
 //
-// Each failed partition has a state machine with its own lock and one worker
-// goroutine while it recovers; so has a topic kgo fails whole (partition -1,
-// such as an unknown topic), whose recovery partitions the records. Stop
-// stops only the failed partition (or topic); keys are quarantined per topic.
+// A failed partition, or a topic kgo fails whole (partition -1, such as an
+// unknown topic), has a goroutine while it recovers. Stop stops only it; keys
+// are quarantined per topic.
 // A healthy partition costs nothing: Produce gives kgo the caller's promise,
 // takes no lock and allocates nothing, unless the record has a Context of its
 // own, the client flushes manually or is transactional, or a key is

@@ -129,9 +129,7 @@ func (pt *partition) run() {
 			pt.cond.Wait()
 			continue
 		case len(pt.later) > 0 && pt.failure == nil: // recovered: kgo returned the key's earlier records, diverted first
-			if !pt.quarantinedLocked() {
-				pt.divertLaterLocked(nil)
-			}
+			pt.divertLaterLocked(nil)
 			continue
 		case pt.q.len() == 0: // nothing to produce again: end, or one attempt to un-fail it
 			if pt.failure == nil {
@@ -150,7 +148,7 @@ func (pt *partition) run() {
 			}
 			continue
 		}
-		pd := pt.q.front()
+		pd := pt.q.rs[0]
 		if pt.p.bound > 0 && errors.Is(pd.err, kgo.ErrMaxBuffered) { // a stall: one behind kgo's, then rounds of the bound
 			n := 1
 			if pt.settled {
@@ -258,7 +256,7 @@ func (pt *partition) endLocked(err error) {
 	pt.q.insertFront(pt.back)
 	pt.back, pt.rs = nil, nil
 	for err != nil && pt.q.len() > 0 {
-		pd := pt.q.front()
+		pd := pt.q.rs[0]
 		pt.settleLocked(pd, wrap(err, pd.err))
 	}
 	pt.worker = false
@@ -406,7 +404,7 @@ func (pt *partition) unprotectedLocked(err error) {
 	pt.p.logf(kgo.LogLevelWarn, "korder: kgo refuses to recover the partition (a transaction abort, a purge?), failing its kept records", "topic", pt.t.name, "partition", pt.id, "records", pt.q.len(), "err", err)
 	pt.failure, pt.ownOf, pt.probed, pt.settled, pt.suspectRd, pt.from, pt.wait = nil, nil, nil, false, 0, 0, 0
 	for pt.q.len() > 0 {
-		pd := pt.q.front()
+		pd := pt.q.rs[0]
 		pt.settleLocked(pd, pd.err)
 	}
 }
@@ -432,25 +430,22 @@ func (pt *partition) quarantinedLocked() bool {
 	return len(rs) > 0
 }
 
-// behind keeps pd, whose key failed pt quarantines (q), until pt recovers: kgo
-// has then returned the key's earlier records, which go first. false: not kept.
-func (pt *partition) behind(pd *pending, q quarantined) bool {
+// behind keeps pd, whose key failed pt quarantines, until pt recovers: kgo has
+// then returned the key's earlier records, which go first. Not kept: pt holds
+// none, or it is full (at MaxHeld or MaxHeldBytes).
+func (pt *partition) behind(pd *pending) (kept, full bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	pt.waitCallLocked()
 	switch {
 	case len(pt.later) == 0 && (pt.failure == nil || !pt.worker || pt.stopped != nil):
-		return false
+		return false, false
 	case pt.fullLocked(pd):
-		pt.p.st.heldFull.Add(1)
-		pt.mu.Unlock()
-		pt.p.finish(pd, wrap(ErrHeldFull, q.cause))
-		pt.mu.Lock()
-		return true
+		return false, true
 	}
 	pt.later, pt.bytes = append(pt.later, pd), pt.bytes+pd.size()
 	pt.cond.Broadcast()
-	return true
+	return true, false
 }
 
 // divertLaterLocked diverts the first record kept behind its key (err: fails

@@ -71,7 +71,12 @@ func NewProducer(kopts []kgo.Opt, opts ...Opt) (*Producer, error) {
 		return nil, err
 	}
 	p.decide = func(c *call) act { return decide(p.cfg.policies, &p.st, c) }
-	p.dl = newDeadLetters(p.cfg.policies, p.closing)
+	p.dl = &deadLetters{topics: map[string]bool{}, closing: p.closing}
+	for _, pol := range p.cfg.policies {
+		if pol.kind == policyDeadLetter {
+			p.dl.topics[pol.topic] = true
+		}
+	}
 	all := append(append([]kgo.Opt{kgo.MaxBufferedPartitionRecords(10000)}, kopts...),
 		kgo.FailPartitionOnProduceFailure(), kgo.ProducerOnPartitionFailedRecord(p.handOver), kgo.WithHooks(hook{p}))
 	cl, err := kgo.NewClient(all...)
@@ -178,7 +183,10 @@ func (p *Producer) produceSlow(pd *pending) {
 	t := p.topic(pd.r.Topic)
 	if q, ok := t.admit(pd.r.Key); !ok {
 		p.carry(pd)
-	} else if !q.pt.behind(pd, q) {
+	} else if kept, full := q.pt.behind(pd); full {
+		p.st.heldFull.Add(1)
+		p.finish(pd, wrap(ErrHeldFull, q.cause))
+	} else if !kept {
 		p.divertKeyed(t, pd, q, func(err error) { p.finish(pd, err) })
 	}
 }
@@ -216,14 +224,13 @@ func (p *Producer) result(pd *pending, r *kgo.Record, err error) {
 	pd.promise(r, err)
 }
 
-// failure returns the partition failure err carries, if any: a rejection's is
-// err, found without errors.As, which moves its target to the heap.
+// failure returns the partition failure err carries (a rejection's is err), if any.
 func failure(err error) *kgo.ErrProducePartitionFailed {
 	if fe, ok := err.(*kgo.ErrProducePartitionFailed); ok || err == nil {
 		return fe
 	}
 	var fe *kgo.ErrProducePartitionFailed
-	errors.As(err, &fe)
+	errors.As(err, &fe) // only here: it moves fe to the heap
 	return fe
 }
 

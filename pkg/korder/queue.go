@@ -82,8 +82,6 @@ type queue struct {
 
 func (q *queue) len() int { return len(q.rs) }
 
-func (q *queue) front() *pending { return q.rs[0] }
-
 // head returns how many of the first n records there are (n 0: all).
 func (q *queue) head(n int) int { return min(cmp.Or(max(n, 0), len(q.rs)), len(q.rs)) }
 
