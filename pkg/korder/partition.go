@@ -268,8 +268,10 @@ func (pt *partition) endLocked(err error) {
 // produceLocked hands the first n kept records (0: all) back to kgo (see
 // recoverLocked), trying again after a refusal for promises to return.
 func (pt *partition) produceLocked(n int, rest bool) {
+	for pt.settleCanceledLocked(n) {
+	}
 	for !pt.p.isClosed() && pt.failure != nil && pt.q.len() > 0 {
-		if pt.settleCanceledLocked(n) || pt.quarantinedLocked() {
+		if pt.quarantinedLocked() {
 			continue // the lock was released: records may have come back
 		}
 		if err := pt.recoverLocked(n, rest); err == nil || pt.failure == nil { // recovered, or kgo refused for good
@@ -414,7 +416,8 @@ func (pt *partition) quarantinedLocked() bool {
 	var rs []*pending
 	var qs []quarantined
 	pt.t.amu.Lock()
-	for _, pd := range pt.q.rs {
+	for i := 0; i < pt.q.len() && len(pt.t.quarantine) > 0; i++ { // (none quarantined: nothing to look up)
+		pd := pt.q.rs[i]
 		if q, ok := pt.t.quarantinedLocked(pd.r.Key, pd.seq); ok {
 			rs, qs = append(rs, pd), append(qs, q)
 		}

@@ -21,16 +21,16 @@ type Producer struct {
 	dl     *deadLetters
 
 	defaultTopic string
-	always       bool  // kgo.DefaultProduceTopicAlways
-	lingers      bool  // the client lingers or flushes manually: rounds flush it
-	manual       bool  // kgo.ManualFlushing
-	counted      bool  // kgo may fail any record unbuffered: manual flushing, transactions
-	bound        int64 // kgo.MaxBufferedPartitionRecords
-	maxBytes     int64 // kgo.MaxBufferedBytes
+	always       bool         // kgo.DefaultProduceTopicAlways
+	lingers      bool         // the client lingers or flushes manually: rounds flush it
+	manual       bool         // kgo.ManualFlushing
+	counted      bool         // kgo may fail any record unbuffered: manual flushing, transactions
+	bound        int64        // kgo.MaxBufferedPartitionRecords
+	maxBytes     int64        // kgo.MaxBufferedBytes
+	attn         atomic.Int32 // what takes Produce off the no-failure path (quarantines, stops, Close)
+	_            [64]byte     // what Produce reads (above) off the cache lines written while partitions fail
 
-	seq  atomic.Uint64 // numbers the records off the no-failure path, and those that come back
-	attn atomic.Int32  // what takes Produce off the no-failure path (quarantines, stops, Close)
-
+	seq     atomic.Uint64 // numbers the records off the no-failure path, and those that come back
 	held    atomic.Int64  // the records kgo does not count buffered: kept after a failure, in Produce's slow path, or that kgo may fail unbuffered
 	moved   atomic.Uint64 // handed back to kgo (see Flush)
 	waiters atomic.Int32  // Flush calls waiting for held to fall to 0
