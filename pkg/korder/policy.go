@@ -78,8 +78,8 @@ func Isolate() Policy { return Policy{kind: policyIsolate} }
 func DeadLetter(topic string) Policy { return Policy{kind: policyDeadLetter, topic: topic} }
 
 // QuarantineKeys makes DeadLetter quarantine the key of every record it
-// diverts: the topic's records with that key produced after it go to the
-// dead-letter topic too, after it, until Producer.ReleaseQuarantine. A nil
+// diverts: the topic's records with that key produced after it follow it to
+// the dead-letter topic, in order, until Producer.ReleaseQuarantine. A nil
 // key is not quarantined (an empty key is a key). If a later record's copy
 // cannot be written, the key is stopped: that record and the key's later ones
 // fail with ErrStopped wrapping ErrDeadLetterFailed, until ReleaseQuarantine.
