@@ -19,3 +19,23 @@ func Parked(p *Producer, topic string, partition int32) int {
 	defer pt.mu.Unlock()
 	return pt.parked
 }
+
+// LaterState returns what a partition keeps behind quarantined keys, whether
+// its worker runs and whether it is failed (-1 later: no such partition).
+func LaterState(p *Producer, topic string, partition int32) (later int, worker, failed bool) {
+	p.mu.Lock()
+	t := p.topics[topic]
+	p.mu.Unlock()
+	if t == nil {
+		return -1, false, false
+	}
+	t.mu.Lock()
+	pt := t.parts[partition]
+	t.mu.Unlock()
+	if pt == nil {
+		return -1, false, false
+	}
+	pt.mu.Lock()
+	defer pt.mu.Unlock()
+	return len(pt.later), pt.worker, pt.failure != nil
+}

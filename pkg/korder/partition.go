@@ -43,7 +43,7 @@ type partition struct {
 	before    uint64                         // the records buffered before numbered, numbered below first
 	wait      time.Duration                  // the next wait after a recovery refused for promises not returned
 	inRound   map[*kgo.Record]*pending       // the records of the round in flight
-	later     []*pending                     // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
+	later     []held                         // records of a key it quarantined, produced since: diverted after the key's earlier ones (behind)
 	rs        []*kgo.Record                  // the records of a recovery call, kept while kgo refuses it for promises not returned
 	rsGen     uint64                         // q.gen when rs was made
 	back      []*pending                     // the round's records that came back failed, in order: back in q when it ends
@@ -129,7 +129,7 @@ func (pt *partition) run() {
 			pt.cond.Wait()
 			continue
 		case len(pt.later) > 0 && pt.failure == nil: // recovered: kgo returned the key's earlier records, diverted first
-			pt.divertLaterLocked(nil)
+			pt.divertLaterLocked()
 			continue
 		case pt.q.len() == 0: // nothing to produce again: end, or one attempt to un-fail it
 			if pt.failure == nil {
@@ -251,7 +251,7 @@ func (pt *partition) stopLocked(cause error) {
 // endLocked ends the worker: with err (closing), what it holds fails.
 func (pt *partition) endLocked(err error) {
 	for len(pt.later) > 0 { // stopped (the key's earlier records fail), or closing
-		pt.divertLaterLocked(err)
+		pt.divertLaterLocked()
 	}
 	pt.q.insertFront(pt.back)
 	pt.back, pt.rs = nil, nil
@@ -433,38 +433,36 @@ func (pt *partition) quarantinedLocked() bool {
 	return len(rs) > 0
 }
 
-// behind keeps pd, whose key failed pt quarantines, until pt recovers: kgo has
-// then returned the key's earlier records, which go first. Not kept: pt holds
-// none, or it is full (at MaxHeld or MaxHeldBytes).
-func (pt *partition) behind(pd *pending) (kept, full bool) {
+type held struct {
+	pd *pending
+	q  quarantined // the quarantine it was produced under (behind)
+}
+
+// behind keeps pd, whose key failed pt quarantines (q), until pt recovers: kgo
+// has then returned the key's earlier records, which go first. Not kept: pt
+// holds none (or is closing), or it is full (at MaxHeld or MaxHeldBytes).
+func (pt *partition) behind(pd *pending, q quarantined) (kept, full bool) {
 	pt.mu.Lock()
 	defer pt.mu.Unlock()
 	pt.waitCallLocked()
 	switch {
-	case len(pt.later) == 0 && (pt.failure == nil || !pt.worker || pt.stopped != nil):
+	case pt.p.isClosed() || len(pt.later) == 0 && (pt.failure == nil || !pt.worker || pt.stopped != nil):
 		return false, false
 	case pt.fullLocked(pd):
 		return false, true
 	}
-	pt.later, pt.bytes = append(pt.later, pd), pt.bytes+pd.size()
-	pt.cond.Broadcast()
+	pt.later, pt.bytes = append(pt.later, held{pd, q}), pt.bytes+pd.size()
 	return true, false
 }
 
-// divertLaterLocked diverts the first record kept behind its key (err: fails
-// it), or produces it if the key was released meanwhile.
-func (pt *partition) divertLaterLocked(err error) {
-	pd := pt.later[0]
+// divertLaterLocked diverts the first record kept behind its key, even if the
+// key was released since, or the Producer is closing (the copy's outcome).
+func (pt *partition) divertLaterLocked() {
+	h := pt.later[0]
 	pt.mu.Unlock()
-	if q, ok := pt.t.admit(pd.r.Key); err != nil {
-		pt.p.finish(pd, err)
-	} else if ok {
-		pt.p.divertKeyed(pt.t, pd, q, func(err error) { pt.p.finish(pd, err) })
-	} else {
-		pt.p.carry(pd)
-	}
+	pt.p.divertKeyed(pt.t, h.pd, h.q, func(err error) { pt.p.finish(h.pd, err) })
 	pt.mu.Lock()
-	pt.later, pt.bytes = pt.later[1:], pt.bytes-pd.size() // popped once diverted: a record produced meanwhile is kept behind it
+	pt.later, pt.bytes = pt.later[1:], pt.bytes-h.pd.size() // popped once diverted: a record produced meanwhile is kept behind it
 }
 
 // waitCallLocked waits for the worker's recovery call to end (see partition).

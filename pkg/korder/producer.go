@@ -183,7 +183,7 @@ func (p *Producer) produceSlow(pd *pending) {
 	t := p.topic(pd.r.Topic)
 	if q, ok := t.admit(pd.r.Key); !ok {
 		p.carry(pd)
-	} else if kept, full := q.pt.behind(pd); full {
+	} else if kept, full := q.pt.behind(pd, q); full {
 		p.st.heldFull.Add(1)
 		p.finish(pd, wrap(ErrHeldFull, q.cause))
 	} else if !kept {

@@ -38,7 +38,7 @@ func (t *topic) forget(pt *partition) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pt.mu.Lock()
-	idle := !pt.worker && pt.parked == 0 && pt.stopped == nil && pt.failure == nil && pt.q.len() == 0 && len(pt.inRound) == 0
+	idle := !pt.worker && pt.parked == 0 && pt.stopped == nil && pt.failure == nil && pt.q.len() == 0 && len(pt.inRound) == 0 && len(pt.later) == 0
 	pt.mu.Unlock()
 	if !idle || t.parts[pt.id] != pt {
 		return
