@@ -43,8 +43,8 @@ func (d *deadLetters) divert(topic string, pd *pending, cause error, done func(e
 // produce produces a copy.
 func (d *deadLetters) produce(c *kgo.Record, done func(error)) {
 	d.cl.Produce(context.Background(), c, func(_ *kgo.Record, err error) {
-		var f *kgo.ErrProducePartitionFailed
-		if !errors.As(err, &f) {
+		f := failure(err)
+		if f == nil {
 			done(err)
 			return
 		}

@@ -328,8 +328,9 @@ func (p *Producer) Flush(ctx context.Context) error {
 }
 
 // Close closes the Producer and its client: records it holds fail with
-// ErrClosed, those in kgo as kgo.Client.Close fails them, and every promise
-// (but a concurrent Produce's) has returned. Flush first to write them.
+// ErrClosed (one kept behind a quarantined key gets its copy's outcome), those
+// in kgo as kgo.Client.Close fails them, and every promise has returned (but a
+// concurrent Produce's). Flush first to write them.
 func (p *Producer) Close() { p.closeOnce.Do(p.close) }
 
 func (p *Producer) close() {
