@@ -52,6 +52,7 @@ func newProducer(t *testing.T, c *kfake.Cluster, kopts []kgo.Opt, opts ...korder
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
+	traceGoroutines(t)
 	return p
 }
 

@@ -3,6 +3,7 @@ package korder_test
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -46,9 +47,30 @@ func traceOpts(t *testing.T) []kgo.Opt {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		out := append(append([]string(nil), l.lines[l.next:]...), l.lines[:l.next]...)
-		name := fmt.Sprintf("%s/trace-%s-%d.log", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
-		_ = os.WriteFile(name, []byte(strings.Join(out, "\n")+"\n"), 0o644)
-		t.Logf("trace written to %s", name)
+		name := fmt.Sprintf("%s/trace-%s-%d", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
+		_ = os.WriteFile(name+".log", []byte(strings.Join(out, "\n")+"\n"), 0o644)
+		t.Logf("trace written to %s.log", name)
 	})
 	return []kgo.Opt{kgo.WithLogger(l)}
+}
+
+// traceGoroutines writes, with KORDER_TRACE, where every goroutine waits
+// if the test failed; registered after the Producer's Close, it runs before
+// it.
+func traceGoroutines(t *testing.T) {
+	dir := os.Getenv("KORDER_TRACE")
+	if dir == "" {
+		return
+	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		name := fmt.Sprintf("%s/trace-%s-%d.goroutines", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
+		if f, err := os.Create(name); err == nil {
+			_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+			f.Close()
+			t.Logf("goroutines written to %s", name)
+		}
+	})
 }

@@ -33,7 +33,10 @@ func TestRecordsBufferedBeforeFailure(t *testing.T) {
 	stall := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 	defer stall.Remove()
 	stalled := produceAsync(ctx, cl, recs(topic, 0, 0, 2)...)
-	if err := stall.Wait(ctx, 3); err != nil {
+	// Stalled (the bound applies) once kgo handled two answers to the
+	// first batch: with two batches, an answer may be the second's, so the
+	// fourth comes after that.
+	if err := stall.Wait(ctx, 4); err != nil {
 		t.Fatal(err)
 	}
 	over := await(ctx, t, produceAsync(ctx, cl, recs(topic, 0, 2, 5)...))
