@@ -65,7 +65,7 @@ kfake_version=$(awk '$1 == "kfake-version" { print $2 }' "$root/upstream/PIN")
 # The PRs in the order they are sent, each with its patches (in series order).
 # A patch added to patches/series must be added here too (the check below
 # names it).
-PRS=(c-delivery-timeout d-unsure-batches f-kfake-epoch a-fail-stop h-topic-failures i-keep-failed j-transactions b-steering g-partition-bound k-failed-record-handler l-buffered-before-failure)
+PRS=(c-delivery-timeout d-unsure-batches f-kfake-epoch a-fail-stop h-topic-failures i-keep-failed j-transactions b-steering g-partition-bound k-failed-record-handler l-buffered-before-failure m-rejected-together)
 declare -A PR_PATCHES=(
 	[c-delivery-timeout]="kgo-measure-RecordDeliveryTimeout-from-when-a-record-s-batch.patch"
 	[d-unsure-batches]="kgo-retry-and-never-renumber-a-batch-that-may-have-been-writ.patch"
@@ -78,6 +78,7 @@ declare -A PR_PATCHES=(
 	[g-partition-bound]="kgo-add-MaxBufferedPartitionRecords.patch"
 	[k-failed-record-handler]="kgo-add-ProducerOnPartitionFailedRecord.patch"
 	[l-buffered-before-failure]="kgo-keep-records-buffered-before-a-partition-s-failure-ahead.patch"
+	[m-rejected-together]="kgo-promise-the-records-a-failed-partition-rejects-together.patch"
 )
 # PRs whose code applies alone to the pinned version:
 # "EXCLUDES|TESTFILE|TESTS|ONLY". EXCLUDES are paths (git apply --exclude)
