@@ -35,21 +35,16 @@ func (l *traceLogger) Log(level kgo.LogLevel, msg string, kvs ...any) {
 }
 
 func traceOpts(t *testing.T) []kgo.Opt {
-	dir := os.Getenv("KORDER_TRACE")
-	if dir == "" {
+	if os.Getenv("KORDER_TRACE") == "" {
 		return nil
 	}
 	l := &traceLogger{}
-	t.Cleanup(func() {
-		if !t.Failed() {
-			return
-		}
+	onFailure(t, "log", func(f *os.File) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		out := append(append([]string(nil), l.lines[l.next:]...), l.lines[:l.next]...)
-		name := fmt.Sprintf("%s/trace-%s-%d", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
-		_ = os.WriteFile(name+".log", []byte(strings.Join(out, "\n")+"\n"), 0o644)
-		t.Logf("trace written to %s.log", name)
+		for _, line := range append(append([]string(nil), l.lines[l.next:]...), l.lines[:l.next]...) {
+			fmt.Fprintln(f, line)
+		}
 	})
 	return []kgo.Opt{kgo.WithLogger(l)}
 }
@@ -58,6 +53,12 @@ func traceOpts(t *testing.T) []kgo.Opt {
 // if the test failed; registered after the Producer's Close, it runs before
 // it.
 func traceGoroutines(t *testing.T) {
+	onFailure(t, "goroutines", func(f *os.File) { _ = pprof.Lookup("goroutine").WriteTo(f, 2) })
+}
+
+// onFailure, with KORDER_TRACE set to a directory, has write fill a file of
+// it, named after the test, if the test failed.
+func onFailure(t *testing.T, ext string, write func(*os.File)) {
 	dir := os.Getenv("KORDER_TRACE")
 	if dir == "" {
 		return
@@ -66,11 +67,11 @@ func traceGoroutines(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		name := fmt.Sprintf("%s/trace-%s-%d.goroutines", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano())
+		name := fmt.Sprintf("%s/trace-%s-%d.%s", dir, strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano(), ext)
 		if f, err := os.Create(name); err == nil {
-			_ = pprof.Lookup("goroutine").WriteTo(f, 2)
+			write(f)
 			f.Close()
-			t.Logf("goroutines written to %s", name)
+			t.Logf("%s written to %s", ext, name)
 		}
 	})
 }
